@@ -1,0 +1,152 @@
+"""One typed configuration object, with defaults, overridable from MEMORIA_* variables."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from .errors import ConfigError
+
+WORKER_NAMES = ("vector", "bm25", "graph", "phrase", "attribute", "fusion")
+DEFAULT_MEMORY_TYPES = ("general", "episodic", "semantic", "procedural", "preference", "fact")
+_IDENT = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+
+
+def valid_identifier(value: str, what: str) -> str:
+    if not _IDENT.match(value):
+        raise ConfigError(
+            f"invalid {what} {value!r}: use 1-41 lower-case letters, digits or underscores, "
+            "starting with a letter"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Config:
+    """Effective settings. Every field reads MEMORIA_<FIELD NAME IN UPPER CASE> from the environment."""
+
+    dsn: str | None = None
+    data_dir: str | None = None  # embedded server's data directory (default: user data dir)
+    pool_min_size: int = 2
+    pool_max_size: int = 10
+    pool_timeout: float = 10.0  # seconds to wait for a free pooled connection
+
+    memory_types: tuple[str, ...] = DEFAULT_MEMORY_TYPES
+    default_memory_type: str = "general"
+    default_tenant: str = "default"
+
+    embedding_model: str | None = None  # local path; None = packaged all-MiniLM-L6-v2
+    embedding_dim: int = 384
+    embedding_batch_size: int = 64
+    query_cache_size: int = 1024
+
+    top_k: int = 10
+    ranking_candidate_limit: int = 200
+    retrieval_deadline_ms: int = 2000
+    statement_timeout_ms: int = 30000
+    workers_to_use: tuple[str, ...] = ()  # empty = the route decides
+    worker_limit: int = 50  # per-worker candidate limit, divided across selected shards
+    graph_candidate_limit: int = 50
+    graph_depth: int = 2
+    fusion_semantic_weight: float = 0.5
+    rrf_k: int = 60
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
+    bm25_postings_per_term: int = 2000  # impact-ordered postings read per query term
+    hnsw_ef_search: int = 100
+
+    enable_v4: bool = True
+    enable_sharding: bool = True
+    enable_fusion: bool = True
+    enable_phrase_index: bool = True
+    enable_graph: bool = True
+    enable_query_expansion: bool = False
+    enable_ranking: bool = True
+    enable_relevance_pool: bool = True
+    enable_cross_encoder: bool = False
+    cross_encoder_model: str | None = None
+    cross_encoder_top_n: int = 20
+    enable_tracing: bool = False
+    use_age: bool = True  # use AGE for the graph worker when the server has it
+
+    max_content_chars: int = 100_000
+    max_query_chars: int = 4_000
+    ingest_batch_size: int = 500
+
+    def __post_init__(self) -> None:
+        for name in self.memory_types:
+            valid_identifier(name, "memory type")
+        if self.default_memory_type not in self.memory_types:
+            raise ConfigError(
+                f"default_memory_type {self.default_memory_type!r} is not one of memory_types "
+                f"{list(self.memory_types)}"
+            )
+        unknown = set(self.workers_to_use) - set(WORKER_NAMES)
+        if unknown:
+            raise ConfigError(
+                f"unknown workers in workers_to_use: {sorted(unknown)}; choose from {list(WORKER_NAMES)}"
+            )
+        if not 0.0 <= self.fusion_semantic_weight <= 1.0:
+            raise ConfigError("fusion_semantic_weight must be between 0 and 1")
+        for name in ("top_k", "ranking_candidate_limit", "retrieval_deadline_ms", "worker_limit",
+                     "embedding_dim", "pool_max_size", "ingest_batch_size"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+
+    @classmethod
+    def from_env(cls, environ: typing.Mapping[str, str] | None = None, **overrides: object) -> "Config":
+        """Defaults, then MEMORIA_* variables, then keyword overrides (None overrides are ignored)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        hints = typing.get_type_hints(cls)
+        for f in fields(cls):
+            raw = env.get(f"MEMORIA_{f.name.upper()}")
+            if raw is not None:
+                values[f.name] = _parse(f.name, raw, hints[f.name])
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def replace(self, **changes: object) -> "Config":
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _parse(name: str, raw: str, hint: object) -> object:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Union or str(origin) == "types.UnionType":
+        if raw.strip() == "" or raw.lower() == "none":
+            return None
+        hint = next(a for a in args if a is not type(None))
+        origin = typing.get_origin(hint)
+    try:
+        if hint is bool:
+            lowered = raw.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if hint is int:
+            return int(raw)
+        if hint is float:
+            return float(raw)
+        if origin is tuple:
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
+        return raw
+    except ValueError:
+        raise ConfigError(
+            f"MEMORIA_{name.upper()}={raw!r} is not a valid {getattr(hint, '__name__', hint)}"
+        ) from None
+
+
+def default_data_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("memoria-pg")) / "pgdata"

@@ -1,0 +1,142 @@
+"""The one place that connects: the connection pool, server capabilities, tenant transactions."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psycopg
+import psycopg_pool
+from pgvector.psycopg import register_vector
+
+from .errors import ExtensionMissing, PoolTimeout, SchemaError, ServerError
+
+APP_ROLE = "memoria_app"
+VECTOR_HELP = (
+    "memoria-pg needs the pgvector extension (>= 0.8): install it on the server "
+    "(Debian/Ubuntu: postgresql-NN-pgvector; managed services: enable 'vector'), "
+    "or run without a DSN to use the embedded server, which ships it"
+)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    server_version: str
+    vector: str | None  # installed version, None when not installed
+    vector_available: bool
+    pg_trgm: bool
+    age: str | None  # installed AGE version
+    age_available: bool
+    schema_ready: bool
+
+    @property
+    def graph_backend(self) -> str:
+        return "age" if self.age and self.schema_ready else "sql"
+
+
+def detect_capabilities(conn: psycopg.Connection) -> Capabilities:
+    rows = conn.execute(
+        "SELECT a.name, a.installed_version FROM pg_available_extensions a "
+        "WHERE a.name IN ('vector', 'pg_trgm', 'age')"
+    ).fetchall()
+    available = {name: version for name, version in rows}
+    version = conn.execute("SHOW server_version").fetchone()[0]
+    schema = conn.execute("SELECT to_regclass('memoria.memories') IS NOT NULL").fetchone()[0]
+    graph = False
+    if available.get("age"):
+        graph = conn.execute(
+            "SELECT to_regclass('memoria_graph.\"Entity\"') IS NOT NULL"
+        ).fetchone()[0]
+    return Capabilities(
+        server_version=version,
+        vector=available.get("vector"),
+        vector_available="vector" in available,
+        pg_trgm=bool(available.get("pg_trgm")) or "pg_trgm" in available,
+        age=available.get("age") if graph else None,
+        age_available="age" in available,
+        schema_ready=bool(schema),
+    )
+
+
+def require_vector(caps: Capabilities) -> None:
+    if not caps.vector_available:
+        raise ExtensionMissing(VECTOR_HELP)
+
+
+class Database:
+    """A psycopg pool whose connections run as the row-level-security role memoria_app."""
+
+    def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 10, timeout: float = 10.0,
+                 statement_timeout_ms: int = 30000, ef_search: int = 100) -> None:
+        self.dsn = dsn
+        self.timeout = timeout
+        self._statement_timeout_ms = statement_timeout_ms
+        self._ef_search = ef_search
+        try:
+            with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+                self.capabilities = detect_capabilities(conn)
+        except psycopg.OperationalError as exc:
+            raise ServerError(f"cannot connect to PostgreSQL ({_safe(dsn)}): {exc}") from exc
+        require_vector(self.capabilities)
+        if not self.capabilities.schema_ready:
+            raise SchemaError(
+                "the memoria schema is not installed in this database: run `memoria-pg db upgrade` "
+                "(or MemorySystem.migrate())"
+            )
+        self.pool = psycopg_pool.ConnectionPool(
+            dsn, min_size=min_size, max_size=max_size, timeout=timeout, open=False,
+            configure=self._configure, check=psycopg_pool.ConnectionPool.check_connection,
+            name="memoria",
+        )
+        self.pool.open(wait=True, timeout=max(timeout, 10.0))
+
+    def _configure(self, conn: psycopg.Connection) -> None:
+        conn.autocommit = True
+        register_vector(conn)
+        if self.capabilities.age:
+            # A no-op when the server preloads AGE; needed (and allowed) before dropping privileges.
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("LOAD 'age'")
+        conn.execute(f"SET ROLE {APP_ROLE}")
+        conn.execute("SELECT set_config('statement_timeout', %s, false)",
+                     (str(self._statement_timeout_ms),))
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(self._ef_search),))
+        conn.execute("SET search_path = memoria, public, ag_catalog" if self.capabilities.age
+                     else "SET search_path = memoria, public")
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        try:
+            with self.pool.connection(timeout=self.timeout) as conn:
+                yield conn
+        except psycopg_pool.PoolTimeout as exc:
+            raise PoolTimeout(
+                f"no database connection became free within {self.timeout:g}s "
+                f"(pool max_size={self.pool.max_size}); raise MEMORIA_POOL_MAX_SIZE or "
+                "MEMORIA_POOL_TIMEOUT, or lower the number of concurrent queries"
+            ) from exc
+
+    @contextlib.contextmanager
+    def transaction(self, tenant: str) -> Iterator[psycopg.Connection]:
+        """A pooled connection inside a transaction whose row-level-security tenant is `tenant`."""
+        with self.connection() as conn:
+            with conn.transaction():
+                set_tenant(conn, tenant)
+                yield conn
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def set_tenant(conn: psycopg.Connection, tenant: str) -> None:
+    conn.execute("SELECT set_config('memoria.tenant', %s, true)", (tenant,))
+
+
+def _safe(dsn: str) -> str:
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "invalid DSN"
+    info.pop("password", None)
+    return " ".join(f"{k}={v}" for k, v in info.items())

@@ -1,0 +1,29 @@
+"""The error hierarchy: every error the library raises on purpose is a MemoriaError."""
+
+
+class MemoriaError(Exception):
+    """Base class of memoria-pg's errors."""
+
+
+class ConfigError(MemoriaError):
+    """A setting has an invalid value."""
+
+
+class InputError(MemoriaError, ValueError):
+    """A caller-supplied value (query, memory, record, file line) is invalid."""
+
+
+class ServerError(MemoriaError):
+    """The PostgreSQL server is unreachable or lacks something memoria-pg needs."""
+
+
+class ExtensionMissing(ServerError):
+    """A required PostgreSQL extension is not installed on the server."""
+
+
+class SchemaError(ServerError):
+    """The database schema is missing or older than this version of memoria-pg expects."""
+
+
+class PoolTimeout(ServerError):
+    """No pooled connection became free in time."""

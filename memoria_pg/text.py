@@ -1,0 +1,50 @@
+"""Text normalization and the tokenizer shared by ingestion (BM25 postings) and queries."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from collections import Counter
+
+# Short English stopword list: removing the commonest function words keeps BM25 posting lists short
+# without hurting recall (they carry almost no IDF).
+STOPWORDS = frozenset(
+    """a an and are as at be been but by did do does for from had has have he her him his i if in
+    into is it its me my of on or our she so than that the their them then there these they this
+    those to was we were what when where which who whom why will with would you your""".split()
+)
+
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+_WS = re.compile(r"\s+")
+
+
+def normalize(text: str) -> str:
+    """NFKC, whitespace collapsed, stripped; case kept (entity recognition needs it)."""
+    return _WS.sub(" ", unicodedata.normalize("NFKC", text)).strip()
+
+
+def _stem(token: str) -> str:
+    # A deliberately light plural/possessive stemmer: conservative enough not to merge unrelated
+    # words, enough to match "dogs"/"dog" and "Alice's"/"alice".
+    if len(token) > 4 and token.endswith("ies"):
+        return token[:-3] + "y"
+    if len(token) > 3 and token.endswith("s") and not token.endswith(("ss", "us", "is")):
+        return token[:-1]
+    return token
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased word tokens minus stopwords, lightly stemmed; the BM25 vocabulary."""
+    folded = unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'")
+    folded = folded.replace("'s ", " ").replace("'", "")
+    return [_stem(t) for t in _TOKEN.findall(folded) if t not in STOPWORDS]
+
+
+def term_counts(text: str) -> tuple[Counter[str], int]:
+    tokens = tokenize(text)
+    return Counter(tokens), len(tokens)
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(normalize(text).encode("utf-8")).hexdigest()
