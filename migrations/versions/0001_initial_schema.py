@@ -76,7 +76,7 @@ CREATE TABLE memoria.memory_terms (
 ) PARTITION BY LIST (memory_type);
 CREATE TABLE memoria.memory_terms_default PARTITION OF memoria.memory_terms DEFAULT;
 CREATE INDEX memory_terms_impact ON memoria.memory_terms (tenant, term, impact DESC)
-    INCLUDE (memory_id, tf, doc_len);
+    INCLUDE (memory_id, memory_type, tf, doc_len);
 
 -- Corpus statistics per tenant and shard; the BM25 worker sums them over the selected shards.
 CREATE TABLE memoria.bm25_terms (

@@ -1,0 +1,104 @@
+"""Candidate construction in one final CTE, type filtering, and retrieval-only ordering."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg.rows import dict_row
+
+from .resources import load_sql
+from .types import CandidateRecord, SourceHit
+
+# How much each source's ranks count in the fused retrieval score. Graph, phrase and attribute are
+# auxiliary signals (the spec): they lift what they find without outvoting the primary sources.
+SOURCE_WEIGHTS: dict[str, float] = {
+    "vector": 1.0, "bm25": 1.0, "fusion": 1.0, "attribute": 0.6, "phrase": 0.5, "graph": 0.3,
+    "relevance": 0.3,
+}
+FUSION_DEPTH = 20
+
+# Per-source score names kept on each candidate.
+SCORE_NAMES = {"vector": "vector_distance", "bm25": "bm25", "fusion": "fusion", "graph": "graph_hops",
+               "attribute": "attribute_distance", "phrase": "phrase", "relevance": "relevance"}
+
+
+def final_cte_params(hits: Mapping[str, Sequence[SourceHit]], *, cap: int, rrf_k: int,
+                     weights: Mapping[str, float] | None = None, depth: int = FUSION_DEPTH) -> dict[str, Any]:
+    weights = dict(SOURCE_WEIGHTS if weights is None else weights)
+    rows = [h for source_hits in hits.values() for h in source_hits]
+    return {
+        "ids": [h.memory_id for h in rows],
+        "types": [h.memory_type for h in rows],
+        "sources": [h.source for h in rows],
+        "ranks": [h.rank for h in rows],
+        "scores": [_source_score(h) for h in rows],
+        "weight_sources": list(weights), "weight_values": [float(v) for v in weights.values()],
+        "depth": depth, "rrf_k": rrf_k, "cap": cap,
+    }
+
+
+def _source_score(hit: SourceHit) -> float:
+    if hit.source == "graph":
+        return float(hit.detail.get("hops", hit.score))
+    return float(hit.score)
+
+
+def build_candidates(conn: psycopg.Connection, hits: Mapping[str, Sequence[SourceHit]], *, cap: int,
+                     rrf_k: int, weights: Mapping[str, float] | None = None) -> list[CandidateRecord]:
+    """Merge, deduplicate, cap and fetch in one statement; every candidate keeps per-source scores."""
+    if not any(hits.values()):
+        return []
+    params = final_cte_params(hits, cap=cap, rrf_k=rrf_k, weights=weights)
+    details = {(h.source, h.memory_id): h.detail for source_hits in hits.values() for h in source_hits}
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(load_sql("final_candidates"), params).fetchall()
+    return [_candidate(row, details) for row in rows]
+
+
+def _candidate(row: dict[str, Any], details: Mapping[tuple[str, int], dict[str, Any]]) -> CandidateRecord:
+    scores: dict[str, float] = {}
+    for source, value in row["scores"].items():
+        scores[SCORE_NAMES.get(source, source)] = float(value)
+        scores[f"{source}_rank"] = float(row["ranks"][source])
+    for source in row["sources"]:
+        for key, value in details.get((source, row["memory_id"]), {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                scores[f"{source}_{key}"] = float(value)
+    distance = scores.get("vector_distance")
+    base = 1.0 / (1.0 + distance) if distance is not None else 0.0
+    embedding = row["embedding"]
+    return CandidateRecord(
+        memory_id=row["memory_id"], tenant=row["tenant"], memory_type=row["memory_type"],
+        content=row["content"], metadata=row["metadata"], importance=float(row["importance"]),
+        created_at=row["created_at"], last_accessed_at=row["last_accessed_at"],
+        access_count=int(row["access_count"]),
+        embedding=_vector(embedding),
+        sources=list(row["sources"]), scores=scores, base_score=base,
+        retrieval_score=float(row["retrieval_score"]),
+    )
+
+
+def _vector(value: Any) -> np.ndarray | None:
+    if value is None:
+        return None
+    if hasattr(value, "to_numpy"):  # pgvector's binary Vector
+        value = value.to_numpy()
+    return np.asarray(value, dtype=np.float32)
+
+
+def filter_by_type(candidates: list[CandidateRecord], hint: str | None) -> tuple[list[CandidateRecord], bool]:
+    """Keep the hinted type when any candidate has it; otherwise keep everything (the spec's fallback)."""
+    if not hint:
+        return candidates, False
+    matching = [c for c in candidates if c.memory_type == hint]
+    return (matching, True) if matching else (candidates, False)
+
+
+def retrieval_order(candidates: list[CandidateRecord]) -> list[CandidateRecord]:
+    """Retrieval-only mode: the retrieval score, falling back to inverse distance."""
+    for c in candidates:
+        c.final_score = c.retrieval_score if c.retrieval_score > 0 else c.base_score * 1e-3
+    return sorted(candidates, key=lambda c: (-c.final_score, -c.base_score, c.memory_id))

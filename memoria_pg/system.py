@@ -1,0 +1,203 @@
+"""MemorySystem: the library's entry point (store, store_many, query) over one connection pool."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import migrate, server
+from .candidates import build_candidates, filter_by_type, retrieval_order
+from .config import Config, default_data_dir
+from .db import Database
+from .diagnostics import Diagnostics
+from .embedding import CachedQueryEmbedder, Embedder
+from .errors import InputError
+from .ingest import Ingestor, MemoryRecord, StoreResult, batched
+from .query_processor import QueryProcessor
+from .routing import Router, submitted_workers
+from .scheduler import Scheduler
+from .shards import per_shard_limit, select_shards
+from .tracing import persist_trace
+from .types import CandidateRecord, ProcessedQuery, Route, SourceHit
+from .workers import WORKERS, WorkerContext
+
+
+@dataclass
+class QueryResponse:
+    query: ProcessedQuery
+    route: Route | None
+    memories: list[CandidateRecord]
+    diagnostics: Diagnostics
+    candidates: list[CandidateRecord] = field(default_factory=list)  # the whole type-filtered set
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "query": {"text": self.query.text, "normalized": self.query.normalized, "tokens": self.query.tokens,
+                      "tenant": self.query.tenant, "memory_type_hint": self.query.memory_type_hint,
+                      "entities": self.query.entities, "phrases": self.query.phrases,
+                      "subject": self.query.subject, "attribute": self.query.attribute,
+                      "metadata": self.query.metadata},
+            "route": None if self.route is None else {
+                "name": self.route.name, "workers": list(self.route.workers),
+                "graph_depth": self.route.graph_depth, "signals": list(self.route.signals),
+                "pool": self.route.pool, "fallback_pools": list(self.route.fallback_pools)},
+            "memories": [_memory_dict(m) for m in self.memories],
+            "diagnostics": self.diagnostics.as_dict(),
+        }
+
+
+def _memory_dict(c: CandidateRecord) -> dict[str, Any]:
+    return {"id": c.memory_id, "memory_type": c.memory_type, "content": c.content, "metadata": c.metadata,
+            "importance": c.importance, "created_at": c.created_at.isoformat(), "sources": c.sources,
+            "scores": c.scores, "base_score": c.base_score, "retrieval_score": c.retrieval_score,
+            "final_score": c.final_score, "explanation": c.explanation}
+
+
+class MemorySystem:
+    """Long-term memory in PostgreSQL. With no DSN, starts the embedded server (and migrates it)."""
+
+    def __init__(self, config: Config | None = None, *, embedder: Embedder | None = None,
+                 auto_migrate: bool | None = None, ranking=None, plugins=None) -> None:
+        self.config = config or Config.from_env()
+        cfg = self.config
+        embedded = cfg.dsn is None
+        if embedded:
+            data_dir = Path(cfg.data_dir) if cfg.data_dir else default_data_dir()
+            self.dsn = server.start(data_dir, keep_running=False)
+        else:
+            self.dsn = cfg.dsn
+        if auto_migrate if auto_migrate is not None else embedded:
+            migrate.upgrade(self.dsn, memory_types=cfg.memory_types, use_age=cfg.use_age)
+        self.db = Database(self.dsn, min_size=cfg.pool_min_size, max_size=cfg.pool_max_size,
+                           timeout=cfg.pool_timeout, statement_timeout_ms=cfg.statement_timeout_ms,
+                           ef_search=cfg.hnsw_ef_search)
+        self.memory_types = self._load_memory_types()
+        self._embedder = embedder
+        self._query_embedder: CachedQueryEmbedder | None = None
+        self.plugins = plugins
+        self.processor = QueryProcessor(self.memory_types, entity_lookup=None)
+        self.router = Router(
+            workers_to_use=cfg.workers_to_use,
+            pre_hooks=tuple(getattr(plugins, "pre_routing", ())),
+            post_hooks=tuple(getattr(plugins, "post_routing", ())),
+        )
+        self.scheduler = Scheduler(self.db, max_workers=max(len(WORKERS) * 2, cfg.pool_max_size))
+        self.ranking = ranking if ranking is not None else _default_ranking(plugins)
+        self.graph_backend = "age" if (cfg.use_age and self.db.capabilities.age) else "sql"
+        self.ingestor = Ingestor(
+            self.db, embedder=None, memory_types=self.memory_types, default_type=cfg.default_memory_type,
+            default_tenant=cfg.default_tenant, dim=cfg.embedding_dim, max_chars=cfg.max_content_chars,
+            k1=cfg.bm25_k1, b=cfg.bm25_b, graph_writer=self._graph_writer())
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def close(self) -> None:
+        self.scheduler.close()
+        self.db.close()
+
+    def __enter__(self) -> "MemorySystem":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            from .embedding import SentenceTransformerEmbedder
+
+            self._embedder = SentenceTransformerEmbedder(self.config.embedding_model,
+                                                         batch_size=self.config.embedding_batch_size)
+        if self._embedder.dim != self.config.embedding_dim:
+            raise InputError(f"the embedder makes {self._embedder.dim}-dimensional vectors but the schema "
+                             f"stores {self.config.embedding_dim}; use a {self.config.embedding_dim}-dimensional model")
+        return self._embedder
+
+    def embed_query(self, text: str) -> np.ndarray:
+        if self._query_embedder is None or self._query_embedder.inner is not self.embedder:
+            self._query_embedder = CachedQueryEmbedder(self.embedder, self.config.query_cache_size)
+        return self._query_embedder.embed_query(text)
+
+    def _load_memory_types(self) -> tuple[str, ...]:
+        with self.db.connection() as conn:
+            rows = conn.execute("SELECT name FROM memoria.memory_types ORDER BY name").fetchall()
+        return tuple(r[0] for r in rows)
+
+    def _graph_writer(self) -> Callable | None:
+        if self.graph_backend != "age":
+            return None
+        from .graph_age import sync_batch
+
+        return sync_batch
+
+    # -- ingestion -------------------------------------------------------------------------------
+    def store(self, content: str, **fields: Any) -> int | None:
+        """Store one memory; returns its id, or None when it was already stored (same content/external id)."""
+        return self.store_many([MemoryRecord(content=content, **fields)]).ids[0]
+
+    def store_many(self, records: Iterable[MemoryRecord | Mapping[str, Any]], *,
+                   batch_size: int | None = None, progress: Callable[[int], None] | None = None,
+                   wheres: Iterable[str] | None = None) -> StoreResult:
+        """Store records in batches; each batch is all-or-nothing. Embeds records without vectors."""
+        total = StoreResult()
+        where_iter = iter(wheres) if wheres is not None else None
+        for batch in batched(records, batch_size or self.config.ingest_batch_size):
+            batch_wheres = [next(where_iter) for _ in batch] if where_iter is not None else \
+                [f"record {len(total.ids) + i + 1}" for i in range(len(batch))]
+            needs_model = any(_needs_embedding(r) for r in batch)
+            self.ingestor.embedder = self.embedder if needs_model else None
+            result = self.ingestor.store_batch(batch, batch_wheres)
+            total.inserted += result.inserted
+            total.duplicates += result.duplicates
+            total.copy_rows += result.copy_rows
+            total.ids.extend(result.ids)
+            if progress:
+                progress(len(batch))
+        if total.inserted:
+            self.processor_cache_clear()
+        return total
+
+    def processor_cache_clear(self) -> None:
+        pass
+
+    def add_memory_type(self, name: str) -> bool:
+        created = migrate.add_memory_type(self.dsn, name)
+        self.memory_types = self._load_memory_types()
+        self.ingestor.memory_types = self.memory_types
+        self.processor = QueryProcessor(self.memory_types, entity_lookup=None)
+        return created
+
+    # -- queries ---------------------------------------------------------------------------------
+    def query(self, text: str, *, tenant: str | None = None, memory_type: str | None = None,
+              top_k: int | None = None, embedding: Sequence[float] | None = None,
+              workers: Sequence[str] | None = None, ranking: bool | None = None,
+              v4: bool | None = None, trace: bool | None = None) -> QueryResponse:
+        """Retrieve memories for `text` through the V4 path (or V3 when disabled)."""
+        from .pipeline import run_query
+
+        return run_query(self, text, tenant=tenant or self.config.default_tenant, memory_type=memory_type,
+                         top_k=top_k or self.config.top_k, embedding=embedding, workers=workers,
+                         ranking=self.config.enable_ranking if ranking is None else ranking,
+                         v4=self.config.enable_v4 if v4 is None else v4,
+                         trace=self.config.enable_tracing if trace is None else trace)
+
+
+def _needs_embedding(record: MemoryRecord | Mapping[str, Any]) -> bool:
+    if isinstance(record, MemoryRecord):
+        return record.embedding is None
+    return isinstance(record, Mapping) and record.get("embedding") is None
+
+
+def _default_ranking(plugins):
+    from .ranking import RankingPipeline
+
+    signals = tuple(getattr(plugins, "ranking_signals", ()))
+    try:
+        return RankingPipeline(signal_plugins=signals)
+    except TypeError:
+        return RankingPipeline()

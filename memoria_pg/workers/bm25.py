@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from typing import Any
+
+from ..types import Shard
+from .base import Worker, WorkerContext
+
+
+def bm25_params(ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
+    # BM25 reads the expanded token set when query expansion ran (the spec's lexical path).
+    terms = ctx.query.metadata.get("expanded_tokens") or ctx.query.tokens
+    return {
+        "terms": list(terms), "types": ctx.shard_types, "memory_type": shard.memory_type,
+        "k1": ctx.config.bm25_k1, "b": ctx.config.bm25_b,
+        "per_term": ctx.config.bm25_postings_per_term, "limit": ctx.limit,
+    }
+
+
+class BM25Worker(Worker):
+    """Okapi BM25 computed in the database over impact-ordered postings."""
+
+    name = "bm25"
+    sql_name = "workers/bm25"
+
+    def params(self, ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
+        return bm25_params(ctx, shard)

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from typing import Any
+
+from ..resources import load_sql
+from ..types import Shard
+from .base import Worker, WorkerContext
+from .bm25 import bm25_params
+
+FUSION_DEPTH = 20  # RRF over the top 20 of each source beat the top 100 on conversational data
+
+
+class FusionWorker(Worker):
+    """Vector and BM25 fused by weighted reciprocal rank inside one statement."""
+
+    name = "fusion"
+    sql_name = "workers/fusion"
+
+    def sql(self, ctx: WorkerContext) -> str:
+        return load_sql(self.sql_name).format(
+            vector=load_sql("workers/vector"), bm25=load_sql("workers/bm25"))
+
+    def params(self, ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
+        params = bm25_params(ctx, shard)
+        params.update(embedding=ctx.embedding, weight=ctx.config.fusion_semantic_weight,
+                      rrf_k=ctx.config.rrf_k, depth=FUSION_DEPTH, limit=FUSION_DEPTH,
+                      fusion_limit=ctx.limit)
+        return params
+
+    def detail(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {"vector_rank": row["vector_rank"], "bm25_rank": row["bm25_rank"]}

@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from typing import Any
+
+from ..types import Shard
+from .base import Worker, WorkerContext
+
+
+class PhraseWorker(Worker):
+    """Positional full-text match of the query's phrases."""
+
+    name = "phrase"
+    sql_name = "workers/phrase"
+
+    def params(self, ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
+        return {"phrases": list(ctx.query.phrases), "memory_type": shard.memory_type, "limit": ctx.limit}
+
+    def score(self, row: dict[str, Any]) -> float:
+        return float(row["matched"]) + float(row["score"])
+
+    def detail(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {"phrases": list(row["phrases"]), "matched": int(row["matched"])}

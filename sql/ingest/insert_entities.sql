@@ -1,0 +1,25 @@
+-- Entities of the new memories: upsert the entity table (in name order, for concurrent writers),
+-- link memories to entities, and count co-occurrence edges in both directions.
+WITH mentions AS (
+    SELECT DISTINCT s.memory_id, s.memory_type, e.name, e.norm_name
+    FROM stage_entities e JOIN stage_memories s USING (row_no)
+    WHERE s.memory_id IS NOT NULL
+), upserted AS (
+    INSERT INTO memoria.entities AS en (tenant, name, norm_name)
+    SELECT DISTINCT ON (norm_name) current_setting('memoria.tenant'), name, norm_name
+    FROM mentions ORDER BY norm_name, name
+    ON CONFLICT (tenant, norm_name) DO UPDATE SET name = en.name
+    RETURNING en.id, en.norm_name
+), links AS (
+    INSERT INTO memoria.memory_entities (tenant, entity_id, memory_id, memory_type)
+    SELECT current_setting('memoria.tenant'), u.id, m.memory_id, m.memory_type
+    FROM mentions m JOIN upserted u USING (norm_name)
+    ON CONFLICT DO NOTHING
+    RETURNING entity_id, memory_id
+)
+INSERT INTO memoria.entity_edges AS ed (tenant, src_id, dst_id, weight)
+SELECT current_setting('memoria.tenant'), a.entity_id, b.entity_id, count(*)
+FROM links a JOIN links b ON a.memory_id = b.memory_id AND a.entity_id <> b.entity_id
+GROUP BY a.entity_id, b.entity_id
+ORDER BY a.entity_id, b.entity_id
+ON CONFLICT (src_id, dst_id) DO UPDATE SET weight = ed.weight + excluded.weight
