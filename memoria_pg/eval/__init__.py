@@ -1,0 +1,1 @@
+"""Quality evaluation on public retrieval benchmarks."""

@@ -1,0 +1,62 @@
+"""`memoria-pg query --explain`: the route, each worker's SQL with its plan and time, the candidates."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+from tabulate import tabulate
+
+from .shards import per_shard_limit, select_shards
+from .workers import WORKERS, WorkerContext
+
+
+def _shown(value):
+    if isinstance(value, np.ndarray):
+        return f"<vector({len(value)}) {np.array2string(value[:3], precision=3)}...>"
+    return value
+
+
+def explain_query(system, response) -> str:
+    cfg, query, route, d = system.config, response.query, response.route, response.diagnostics
+    out: list[str] = []
+    out.append(f"query: {query.text!r}  tenant={query.tenant}  hint={query.memory_type_hint}")
+    out.append(f"  tokens={query.tokens} entities={query.entities} phrases={query.phrases} "
+               f"subject={query.subject} attribute={query.attribute}")
+    if route is None:
+        out.append("path: V3 (vector search only)")
+    else:
+        out.append(f"route: {route.name} workers={list(route.workers)} depth={route.graph_depth} "
+                   f"pool={route.pool} fallback={list(route.fallback_pools)} shards={d.shards}")
+        out.append(f"submitted={d.submitted_sources} completed={d.completed_sources} "
+                   f"pending={d.pending_sources} failed={d.failed_sources} finish={d.retrieval_finish_reason}")
+        shards = select_shards(route, query.memory_type_hint, system.memory_types, sharding=cfg.enable_sharding)
+        vector = system.embed_query(query.normalized)
+        ctx = WorkerContext(query=query, embedding=vector, shards=shards,
+                            limit=per_shard_limit(cfg.worker_limit, shards),
+                            graph_limit=per_shard_limit(cfg.graph_candidate_limit, shards),
+                            graph_depth=route.graph_depth, config=cfg, graph_backend=system.graph_backend)
+        for name in d.submitted_sources:
+            worker = WORKERS[name]()
+            out.append(f"\n== worker {name} ({d.worker_ms.get(name, 0):.1f} ms in the query, "
+                       f"{d.worker_hits.get(name, 0)} hits)")
+            for text, params in worker.statements(ctx):
+                out.append(text.strip())
+                out.append("-- params: " + json.dumps({k: _shown(v) for k, v in params.items()}, default=str))
+                with system.db.transaction(query.tenant) as conn:
+                    t0 = time.perf_counter()
+                    plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + text, params).fetchall()
+                    elapsed = (time.perf_counter() - t0) * 1000
+                out.append(f"-- plan ({elapsed:.1f} ms):")
+                out.extend("   " + row[0] for row in plan)
+    rows = [(i + 1, c.memory_id, c.memory_type, "+".join(c.sources),
+             " ".join(f"{k}={v:.3g}" for k, v in c.scores.items() if not k.endswith("_rank")),
+             f"{c.retrieval_score:.4f}", f"{c.final_score:.4f}", c.content[:60])
+            for i, c in enumerate(response.candidates[:50])]
+    out.append(f"\ncandidates ({d.candidate_count}, first 50):")
+    out.append(tabulate(rows, headers=["#", "id", "type", "sources", "scores", "retrieval", "final", "content"]))
+    out.append(f"\nreturned {d.returned_count}; total {d.total_ms:.1f} ms (processing {d.query_processing_ms:.1f}, "
+               f"embedding {d.embedding_ms:.1f}, retrieval {d.retrieval_ms:.1f}, database {d.database_ms:.1f}, "
+               f"ranking {d.ranking_ms:.1f})")
+    return "\n".join(out)

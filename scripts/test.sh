@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs the test suite: installs what it needs, starts the PostgreSQL 17 + pgvector + AGE server
+# (scripts/age-server.sh), runs every test against it, then the smoke tests on the embedded server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+bash scripts/install.sh
+DSN=$(bash scripts/age-server.sh start)
+ADMIN_DSN="${DSN%/*}/postgres"
+echo "== suite against the AGE-capable server ($ADMIN_DSN)" >&2
+MEMORIA_TEST_DSN="$ADMIN_DSN" "$PY" -m pytest tests -m "not embedded" "$@"
+echo "== smoke tests on the embedded server" >&2
+env -u MEMORIA_TEST_DSN -u MEMORIA_DSN "$PY" -m pytest tests -m embedded "$@"

@@ -1,0 +1,100 @@
+"""Tests run against real PostgreSQL: MEMORIA_TEST_DSN (a superuser DSN, e.g. the AGE server from
+scripts/age-server.sh) or, without it, an embedded server started in a temporary directory."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from memoria_pg import migrate
+from memoria_pg.config import Config
+from memoria_pg.embedding import HashEmbedder
+
+TEMPLATE = "memoria_test_template"
+
+
+def _with_db(dsn: str, dbname: str) -> str:
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    params["dbname"] = dbname
+    return psycopg.conninfo.make_conninfo(**params)
+
+
+@pytest.fixture(scope="session")
+def admin_dsn(tmp_path_factory) -> Iterator[str]:
+    dsn = os.environ.get("MEMORIA_TEST_DSN")
+    if dsn:
+        yield dsn
+        return
+    from memoria_pg import server
+
+    data_dir = tmp_path_factory.mktemp("pg") / "data"
+    dsn = server.start(data_dir, keep_running=True)
+    yield dsn
+    server.stop(data_dir)
+
+
+@pytest.fixture(scope="session")
+def server_has_age(admin_dsn: str) -> bool:
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        return conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'age'").fetchone() is not None
+
+
+@pytest.fixture(scope="session")
+def template_dsn(admin_dsn: str) -> str:
+    """A database migrated to head once per session; tests clone it (CREATE DATABASE ... TEMPLATE)."""
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
+    dsn = _with_db(admin_dsn, TEMPLATE)
+    migrate.upgrade(dsn)
+    return dsn
+
+
+def create_database(admin_dsn: str, template: str | None = None) -> tuple[str, str]:
+    name = f"memoria_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        if template:
+            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template)))
+        else:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return name, _with_db(admin_dsn, name)
+
+
+def drop_database(admin_dsn: str, name: str) -> None:
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def empty_dsn(admin_dsn: str) -> Iterator[str]:
+    """A new, empty database (no schema)."""
+    name, dsn = create_database(admin_dsn)
+    yield dsn
+    drop_database(admin_dsn, name)
+
+
+@pytest.fixture
+def dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
+    """A new database at head, cloned from the session template."""
+    name, dsn = create_database(admin_dsn, TEMPLATE)
+    yield dsn
+    drop_database(admin_dsn, name)
+
+
+@pytest.fixture
+def config(dsn: str) -> Config:
+    return Config(dsn=dsn, pool_min_size=1, pool_max_size=8)
+
+
+@pytest.fixture
+def system(config: Config):
+    from memoria_pg.system import MemorySystem
+
+    with MemorySystem(config, embedder=HashEmbedder()) as s:
+        yield s
