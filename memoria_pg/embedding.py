@@ -36,11 +36,13 @@ class SentenceTransformerEmbedder:
                 "sentence-transformers is not installed: pip install 'memoria-pg[embeddings]' "
                 "(install torch==2.13.0 CPU first), or supply vectors yourself"
             ) from None
+        _quiet_transformers()
         path = model_path or _packaged_model()
         if not os.path.isdir(path):
             raise ConfigError(f"embedding model path {path!r} is not a directory: give a local model folder")
         self.model = SentenceTransformer(path, device=device, local_files_only=True)
-        self.dim = int(self.model.get_sentence_embedding_dimension())
+        dim_of = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dim = int(dim_of())
         self.batch_size = batch_size
         self.name = os.path.basename(os.path.normpath(path))
         self._lock = threading.Lock()  # torch modules are not safe to call from several threads
@@ -51,6 +53,17 @@ class SentenceTransformerEmbedder:
                                         normalize_embeddings=True, convert_to_numpy=True,
                                         show_progress_bar=False)
         return np.asarray(vectors, dtype=np.float32)
+
+
+def _quiet_transformers() -> None:
+    # Loading progress bars and hub chatter are noise in a library (and in CLI output).
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass
 
 
 def _packaged_model() -> str:
