@@ -103,7 +103,7 @@ def entity_key(name: str) -> str:
 
 def known_mentions(text: str, known: Iterable[str]) -> list[tuple[int, str]]:
     """(position, known spelling) of every known name in `text`, longest match first."""
-    by_key = {}
+    by_key: dict[str, str] = {}
     for name in known:
         key = entity_key(name)
         if key:
@@ -112,12 +112,13 @@ def known_mentions(text: str, known: Iterable[str]) -> list[tuple[int, str]]:
         return []
     longest = min(max(k.count(" ") + 1 for k in by_key), 8)
     words = [(m.start(), entity_key(m.group())) for m in _KEY_WORD.finditer(text.replace("’", "'"))]
-    found, i = [], 0
+    found: list[tuple[int, str]] = []
+    i = 0
     while i < len(words):
         for n in range(min(longest, len(words) - i), 0, -1):
-            name = by_key.get(" ".join(w for _, w in words[i:i + n]))
-            if name is not None:
-                found.append((words[i][0], name))
+            match = by_key.get(" ".join(w for _, w in words[i:i + n]))
+            if match is not None:
+                found.append((words[i][0], match))
                 i += n
                 break
         else:

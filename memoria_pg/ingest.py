@@ -142,7 +142,7 @@ class Ingestor:
         self.graph_writer = graph_writer
 
     def prepare(self, raw: MemoryRecord | Mapping[str, Any], where: str, now: dt.datetime) -> _Prepared:
-        from .entities import extract_attributes, extract_entities
+        from .entities import RuleBasedExtractor, extract_attributes
 
         record = coerce_record(raw, where)
         content = _clean_text(record.content, "content", where, self.max_chars)
@@ -159,6 +159,8 @@ class Ingestor:
             json.dumps(metadata, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise InputError(f"{where}: metadata is not JSON-serializable: {exc}") from None
+        if _has_nul(metadata):
+            raise InputError(f"{where}: metadata contains a NUL byte; remove it (PostgreSQL jsonb cannot hold \\u0000)")
         record.importance = _importance(record.importance, where)
         record.created_at = _created_at(record.created_at, where, now)
         record.content, record.tenant, record.memory_type = content, tenant, memory_type
@@ -174,7 +176,7 @@ class Ingestor:
         terms, doc_len = term_counts(content)
         if record.entities is None:
             speaker = metadata.get("speaker") if isinstance(metadata.get("speaker"), str) else None
-            entities = (self.entity_extractor or extract_entities)(content)
+            entities = (self.entity_extractor or RuleBasedExtractor()).extract(content, ())
             if speaker:
                 entities = [speaker, *entities]
         else:
@@ -279,6 +281,16 @@ class Ingestor:
                         copy.write_row((i, subject, attribute.lower(), value))
                         count += 1
         return count
+
+
+def _has_nul(value: object) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 def normalize_entity(name: str) -> str:

@@ -39,8 +39,7 @@ def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: st
         raise InputError(f"unknown memory_type {memory_type!r}; known types: {list(system.memory_types)}")
 
     t0 = time.perf_counter()
-    query = system.processor.process(text, tenant=tenant, memory_type=memory_type)
-    _confirm_entities(system, query)
+    query = system.query_processor(tenant).process(text, tenant=tenant, memory_type=memory_type)
     if v4 and cfg.enable_query_expansion:
         from .expansion import expand_query
 
@@ -54,9 +53,8 @@ def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: st
     if not v4:
         return _v3(system, query, vector, top_k, ranking, diag, t_start, trace)
 
-    route = system.router.route(query)
+    query, route = system.router.route_query(query)
     diag.route = route.name
-    route_workers = tuple(workers) if workers else route.workers
     if workers:
         route = Route(route.name, tuple(workers), route.graph_depth, route.signals, route.pool, route.fallback_pools)
     names = submitted_workers(route, query, fusion_enabled=cfg.enable_fusion,
@@ -120,26 +118,6 @@ def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: st
 
 def _bind(worker, ctx):
     return lambda conn: worker.run(conn, ctx)
-
-
-def _confirm_entities(system: "MemorySystem", query) -> None:
-    """Entity recognition also consults the entity table: keep lower-case mentions of known entities."""
-    from .query_processor import candidate_ngrams
-
-    candidates = candidate_ngrams(query.normalized)
-    if not candidates:
-        return
-    from .ingest import normalize_entity
-
-    with system.db.transaction(query.tenant) as conn:
-        rows = conn.execute(
-            "SELECT name FROM memoria.entities WHERE tenant = current_setting('memoria.tenant') "
-            "AND norm_name = ANY(%s)", ([normalize_entity(c) for c in candidates],)).fetchall()
-    known = {normalize_entity(e) for e in query.entities}
-    for (name,) in rows:
-        if normalize_entity(name) not in known:
-            query.entities.append(name)
-            known.add(normalize_entity(name))
 
 
 def _query_vector(system: "MemorySystem", text: str, embedding: Sequence[float] | None) -> np.ndarray:

@@ -7,15 +7,16 @@ entry points (group "memoria_pg.plugins") or from a "module:function[,module:fun
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
+from typing import TypeVar
 
 from .errors import ConfigError
 from .ranking import SignalPlugin
 from .routing import PostRoutingHook, PreRoutingHook
 
 ENTRY_POINT_GROUP = "memoria_pg.plugins"
+T = TypeVar("T")
 
 
 @dataclass
@@ -71,8 +72,6 @@ class PluginRegistry:
             raise ConfigError(f"plugin {name!r} is not callable")
         try:
             plugin(self)
-        except ConfigError:
-            raise
         except Exception as exc:
             raise ConfigError(f"plugin {name!r} failed to register: {exc}") from exc
         self.loaded.append(name)
@@ -94,7 +93,7 @@ def _resolve(item: str) -> object:
     return target
 
 
-def _callable(obj: Callable, what: str) -> Callable:
+def _callable(obj: T, what: str) -> T:
     if not callable(obj):
         raise ConfigError(f"{what} {obj!r} is not callable")
     return obj

@@ -9,7 +9,7 @@ stored spelling. Queries are validated here, once, at the boundary.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from .entities import (CAP, FIRST_PERSON, STARTERS, canonical_attribute, entity_key, extract_entities,
                        quoted_spans, resolve_subject)
@@ -87,19 +87,20 @@ class QueryProcessor:
         expanded = list(dict.fromkeys(original + list(self.expander(original)))) if self.expander else original
         known = self.entity_lookup(candidate_ngrams(normalized)) if self.entity_lookup else []
         quoted = quoted_spans(normalized)
-        entities = _merge(extract_entities(normalized, known), [q for q in quoted if len(q) <= 200])
+        entities = _merge(extract_entities(normalized, known), quoted)
         subject, attribute = subject_attribute(normalized, speaker)
         if subject is not None:
             spelled = {entity_key(e): e for e in entities}
             subject = spelled.get(entity_key(subject), subject)
             entities = _merge(entities, [subject])
         return ProcessedQuery(
-            text=text, normalized=normalized, tokens=expanded, tenant=tenant,
+            text=text, normalized=normalized, tokens=list(expanded), tenant=tenant,
             memory_type_hint=memory_type or self.hint(normalized),
             entities=entities,
             phrases=_merge(quoted, [e for e in entities if len(e.split()) > 1]),
             subject=subject, attribute=attribute,
-            metadata={"original_tokens": original, "expanded_tokens": list(expanded)},
+            # copies: a later expansion stage may extend query.tokens in place
+            metadata={"original_tokens": list(original), "expanded_tokens": list(expanded)},
         )
 
     def hint(self, normalized: str) -> str | None:
@@ -123,7 +124,7 @@ class QueryProcessor:
 def subject_attribute(text: str, speaker: str | None = None) -> tuple[str | None, str | None]:
     """(subject, canonical attribute) from the first QUESTION_PATTERNS shape that fits, else Nones."""
     for pattern, attribute in _QUESTIONS:
-        for m in pattern.finditer(text):
+        for m in _overlapping(pattern, text):
             first = m.group("subject").split()[0].casefold()
             if first in (_PRONOUNS | STARTERS) - FIRST_PERSON:
                 continue
@@ -134,6 +135,14 @@ def subject_attribute(text: str, speaker: str | None = None) -> tuple[str | None
             if subject and name.strip() and (phrase or "{phrase}" not in (attribute or "")):
                 return subject, canonical_attribute(name)
     return None, None
+
+
+def _overlapping(pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
+    # A rejected match ("What's ...") must not hide one starting inside it ("Alice's ...").
+    m = pattern.search(text)
+    while m is not None:
+        yield m
+        m = pattern.search(text, m.start() + 1)
 
 
 def _trim_attribute(phrase: str) -> str:

@@ -92,16 +92,16 @@ class Router:
 
     def route_query(self, query: ProcessedQuery) -> tuple[ProcessedQuery, Route]:
         """The query as the pre-routing hooks left it, and its Route."""
-        for hook in self.pre_hooks:
-            query = hook(query) or query
+        for pre in self.pre_hooks:
+            query = pre(query) or query
         route = self.table_route(query.memory_type_hint)
         if self.workers_to_use:
             # Operator configuration replaces the table's mix; post-hooks still see and may adjust it.
             route = dataclasses.replace(route, workers=self.workers_to_use)
-        for hook in self.post_hooks:
-            changed = hook(query, route)
+        for post in self.post_hooks:
+            changed = post(query, route)
             if changed is not None:
-                check_workers(changed.workers, f"post-routing hook {getattr(hook, '__name__', hook)!r}")
+                check_workers(changed.workers, f"post-routing hook {getattr(post, '__name__', post)!r}")
                 route = changed
         return query, route
 

@@ -18,7 +18,7 @@ from .db import Database
 from .diagnostics import Diagnostics
 from .embedding import CachedQueryEmbedder, Embedder
 from .errors import InputError
-from .ingest import Ingestor, MemoryRecord, StoreResult, batched
+from .ingest import Ingestor, MemoryRecord, StoreResult, batched, normalize_entity
 from .query_processor import QueryProcessor
 from .routing import Router, submitted_workers
 from .scheduler import Scheduler
@@ -81,7 +81,7 @@ class MemorySystem:
         self._embedder = embedder
         self._query_embedder: CachedQueryEmbedder | None = None
         self.plugins = plugins
-        self.processor = QueryProcessor(self.memory_types, entity_lookup=None)
+        self.expander = None
         self.router = Router(
             workers_to_use=cfg.workers_to_use,
             pre_hooks=tuple(getattr(plugins, "pre_routing", ())),
@@ -169,10 +169,24 @@ class MemorySystem:
         created = migrate.add_memory_type(self.dsn, name)
         self.memory_types = self._load_memory_types()
         self.ingestor.memory_types = self.memory_types
-        self.processor = QueryProcessor(self.memory_types, entity_lookup=None)
         return created
 
     # -- queries ---------------------------------------------------------------------------------
+    def query_processor(self, tenant: str) -> QueryProcessor:
+        """A QueryProcessor whose entity recognition consults this tenant's entity table."""
+
+        def lookup(grams: list[str]) -> list[str]:
+            if not grams:
+                return []
+            with self.db.transaction(tenant) as conn:
+                rows = conn.execute(
+                    "SELECT name FROM memoria.entities WHERE tenant = current_setting('memoria.tenant') "
+                    "AND norm_name = ANY(%s)", ([normalize_entity(g) for g in grams],)).fetchall()
+            return [r[0] for r in rows]
+
+        return QueryProcessor(self.memory_types, entity_lookup=lookup, max_chars=self.config.max_query_chars,
+                              expander=self.expander)
+
     def query(self, text: str, *, tenant: str | None = None, memory_type: str | None = None,
               top_k: int | None = None, embedding: Sequence[float] | None = None,
               workers: Sequence[str] | None = None, ranking: bool | None = None,

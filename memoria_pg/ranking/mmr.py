@@ -13,7 +13,8 @@ def mmr(candidates: Sequence[CandidateRecord], k: int, lambda_: float = 0.7,
         relevance: Callable[[CandidateRecord], float] | None = None) -> list[CandidateRecord]:
     """Up to k candidates, each maximizing lambda * relevance - (1 - lambda) * max cosine to those before.
 
-    Relevance (default: final_score) is min-max normalized to [0, 1] so it is on the cosine's scale.
+    Relevance (default: final_score) is divided by its maximum to share the cosine's [0, 1] scale;
+    unlike min-max this keeps ratios, so the weakest of three close candidates does not drop to 0.
     A candidate without an embedding is dissimilar to everything; negative cosines count as 0.
     lambda_ = 1 keeps the relevance order. Ties keep the input order.
     """
@@ -23,8 +24,8 @@ def mmr(candidates: Sequence[CandidateRecord], k: int, lambda_: float = 0.7,
     if k <= 0:
         return []
     rel = np.array([(relevance or _final_score)(c) for c in candidates], dtype=np.float64)
-    span = rel.max() - rel.min()
-    rel = (rel - rel.min()) / span if span > 0 else np.ones_like(rel)
+    rel -= min(rel.min(), 0.0)
+    rel = rel / rel.max() if rel.max() > 0 else np.ones_like(rel)
     unit = _unit_embeddings(candidates)
     max_sim = np.zeros(len(candidates))
     available = np.ones(len(candidates), dtype=bool)

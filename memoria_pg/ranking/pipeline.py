@@ -52,7 +52,7 @@ class RankingWeights:
     def as_dict(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in SIGNAL_NAMES}
 
-    def boosted(self, signals: Iterable[str], factor: float = 2.0) -> "RankingWeights":
+    def boosted(self, signals: Iterable[str], factor: float = 2.0) -> RankingWeights:
         """These weights with the named signals (a Route's `signals`) multiplied by factor."""
         signals = set(signals)
         unknown = signals - set(SIGNAL_NAMES)
