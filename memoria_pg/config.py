@@ -72,6 +72,8 @@ class Config:
     cross_encoder_top_n: int = 20
     enable_tracing: bool = False
     use_age: bool = True  # use AGE for the graph worker when the server has it
+    plugins: str | None = None  # "module:function[,module:function]"; each receives the PluginRegistry
+    load_plugin_entry_points: bool = False  # also load the memoria_pg.plugins entry points
 
     max_content_chars: int = 100_000
     max_query_chars: int = 4_000

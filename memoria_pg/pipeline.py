@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -158,7 +159,12 @@ def _finish(system, query, route, candidates, top_k, ranking, diag, t_start, tra
 
     t0 = time.perf_counter()
     if ranking and system.ranking:
-        returned = system.ranking.rank(query, list(candidates), top_k=top_k, submitted_sources=submitted)
+        ranker = system.ranking
+        if route is not None and route.signals and hasattr(ranker, "weights"):
+            # The route's signals (e.g. recency for episodic queries) weigh more for this query.
+            ranker = copy.copy(ranker)
+            ranker.weights = ranker.weights.boosted(route.signals)
+        returned = ranker.rank(query, list(candidates), top_k=top_k, submitted_sources=submitted)
         diag.ranking_skipped = False
     else:
         returned = candidates[:top_k]

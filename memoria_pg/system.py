@@ -80,7 +80,8 @@ class MemorySystem:
         self.memory_types = self._load_memory_types()
         self._embedder = embedder
         self._query_embedder: CachedQueryEmbedder | None = None
-        self.plugins = plugins
+        self.plugins = plugins if plugins is not None else _load_plugins(cfg)
+        plugins = self.plugins
         self.expander = None
         self.router = Router(
             workers_to_use=cfg.workers_to_use,
@@ -205,6 +206,17 @@ def _needs_embedding(record: MemoryRecord | Mapping[str, Any]) -> bool:
     if isinstance(record, MemoryRecord):
         return record.embedding is None
     return isinstance(record, Mapping) and record.get("embedding") is None
+
+
+def _load_plugins(cfg: Config):
+    from .plugins import PluginRegistry
+
+    registry = PluginRegistry()
+    if cfg.load_plugin_entry_points:
+        registry.load_entry_points()
+    if cfg.plugins:
+        registry.load_from_config(cfg.plugins)
+    return registry
 
 
 def _default_ranking(plugins):
