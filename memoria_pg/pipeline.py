@@ -41,10 +41,6 @@ def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: st
 
     t0 = time.perf_counter()
     query = system.query_processor(tenant).process(text, tenant=tenant, memory_type=memory_type)
-    if v4 and cfg.enable_query_expansion:
-        from .expansion import expand_query
-
-        expand_query(system, query)
     diag.query_processing_ms = _ms(t0)
 
     t0 = time.perf_counter()
@@ -108,9 +104,10 @@ def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: st
 
     candidates = retrieval_order(candidates)
     if cfg.enable_cross_encoder and cfg.cross_encoder_model:
-        from .cross_encoder import rerank
+        from .cross_encoder import load_cross_encoder, rerank
 
-        candidates = rerank(system, query, candidates)
+        model = load_cross_encoder(cfg.cross_encoder_model)
+        candidates = rerank(model, query, candidates, cfg.cross_encoder_top_n)
         diag.cross_encoder_applied = True
     candidates, diag.type_filter_applied = filter_by_type(candidates, query.memory_type_hint)
     return _finish(system, query, route, candidates, top_k, ranking, diag, t_start, trace,

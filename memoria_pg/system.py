@@ -83,6 +83,10 @@ class MemorySystem:
         self.plugins = plugins if plugins is not None else _load_plugins(cfg)
         plugins = self.plugins
         self.expander = None
+        if cfg.enable_query_expansion:
+            from .expansion import LexiconExpander
+
+            self.expander = LexiconExpander()
         self.router = Router(
             workers_to_use=cfg.workers_to_use,
             pre_hooks=tuple(getattr(plugins, "pre_routing", ())),
