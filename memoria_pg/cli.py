@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import click
+import psycopg
 
 from . import migrate, server
 from .config import Config, default_data_dir
@@ -20,6 +21,14 @@ class _Cli(click.Group):
             return super().invoke(ctx)
         except MemoriaError as exc:
             raise click.ClickException(str(exc)) from exc
+        # Commands that talk to the server directly (db, types, doctor) meet psycopg's errors here.
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction,
+                psycopg.errors.InvalidSchemaName) as exc:
+            raise click.ClickException(
+                f"the memoria schema is not installed in this database ({exc}): run `memoria-pg db upgrade`"
+            ) from exc
+        except psycopg.OperationalError as exc:
+            raise click.ClickException(f"cannot connect to PostgreSQL: {exc}") from exc
 
 
 @click.group(cls=_Cli)
@@ -295,6 +304,26 @@ def _print_memories(response) -> None:
         click.echo(f"{i:>2}. [{m.final_score:.4f}] ({m.memory_type}, {'+'.join(m.sources)}) {m.content}")
     click.echo(f"-- {d.returned_count} of {d.candidate_count} candidates, {d.total_ms:.1f} ms "
                f"(route {d.route}, sources {','.join(d.completed_sources) or '-'}, {d.retrieval_finish_reason})")
+
+
+@cli.group("graph")
+def graph_group() -> None:
+    """The Apache AGE graph that mirrors entities and mentions (when the server has AGE)."""
+
+
+@graph_group.command("rebuild")
+@click.option("--tenant", required=True, help="Tenant whose graph to rebuild from the plain tables.")
+@click.pass_context
+def graph_rebuild(ctx: click.Context, tenant: str) -> None:
+    """Rebuild one tenant's AGE graph from the entity tables."""
+    from .graph_age import rebuild
+
+    with _system(_config(ctx)) as system:
+        if not system.db.capabilities.age:
+            raise click.ClickException("this server has no AGE graph (see `memoria-pg doctor`)")
+        with system.db.connection() as conn:
+            rebuild(conn, tenant)
+    click.echo(f"graph of tenant {tenant!r} rebuilt")
 
 
 @cli.command()

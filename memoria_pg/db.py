@@ -102,6 +102,9 @@ class Database:
         conn.execute("SELECT set_config('statement_timeout', %s, false)",
                      (str(self._statement_timeout_ms),))
         conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(self._ef_search),))
+        # Without iterative scans an HNSW scan stops after ef_search tuples: a worker limit above
+        # ef_search, or a tenant filter, would silently return fewer rows (vector.sql re-sorts).
+        conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false)")
         conn.execute("SET search_path = memoria, public, ag_catalog" if self.capabilities.age
                      else "SET search_path = memoria, public")
 

@@ -134,7 +134,8 @@ class MemorySystem:
         return tuple(r[0] for r in rows)
 
     def _graph_writer(self) -> Callable | None:
-        if self.graph_backend != "age":
+        # Keep the AGE mirror in sync whenever it exists, even if the graph worker does not use it.
+        if not self.db.capabilities.age:
             return None
         from .graph_age import sync_batch
 

@@ -216,6 +216,28 @@ TO memoria_app;
 """
 
 
+# The AGE graph mirrors entities, memory_entities and entity_edges (memoria_pg/graph_age.py keeps it
+# in sync). AGE creates label tables without any index: add the ones the sync and the graph worker
+# (SQL over the label tables) probe. Every vertex and edge carries a tenant property and every graph
+# statement of the library filters on it. No row-level security here: under RLS PostgreSQL only
+# uses leakproof operators as index conditions, and AGE's graphid = and agtype accessors are not,
+# so every probe would become a scan of the label (verified with EXPLAIN).
+AGE_GRAPH = r"""
+CREATE UNIQUE INDEX entity_vertex_entity_id ON memoria_graph."Entity"
+    ((ag_catalog.agtype_object_field_text(properties, 'entity_id')::bigint));
+CREATE INDEX entity_vertex_name ON memoria_graph."Entity"
+    ((ag_catalog.agtype_object_field_text(properties, 'tenant')),
+     (ag_catalog.agtype_object_field_text(properties, 'norm_name')));
+CREATE UNIQUE INDEX entity_vertex_id ON memoria_graph."Entity" (id);
+CREATE UNIQUE INDEX memory_vertex_memory_id ON memoria_graph."Memory"
+    ((ag_catalog.agtype_object_field_text(properties, 'memory_id')::bigint));
+CREATE UNIQUE INDEX memory_vertex_id ON memoria_graph."Memory" (id);
+CREATE UNIQUE INDEX mentions_edge_ends ON memoria_graph."MENTIONS" (end_id, start_id);
+CREATE INDEX mentions_edge_start ON memoria_graph."MENTIONS" (start_id);
+CREATE UNIQUE INDEX related_edge_ends ON memoria_graph."RELATED" (start_id, end_id);
+"""
+
+
 def _age_available() -> bool:
     row = op.get_bind().exec_driver_sql(
         "SELECT 1 FROM pg_available_extensions WHERE name = 'age'"
@@ -223,7 +245,17 @@ def _age_available() -> bool:
     return row is not None and context.config.attributes.get("use_age", True)
 
 
+def _age_preloaded() -> bool:
+    libs = op.get_bind().exec_driver_sql("SHOW shared_preload_libraries").scalar() or ""
+    return "age" in [lib.strip().strip('"') for lib in libs.split(",")]
+
+
 def upgrade() -> None:
+    # AGE 1.5.0's DROP hook fails ("schema ag_catalog does not exist") in any database of a server
+    # that preloads AGE without the extension installed, so create it first (add_memory_type drops
+    # temp tables). The graph itself is only created when use_age allows it.
+    if _age_available() or _age_preloaded():
+        op.execute("CREATE EXTENSION IF NOT EXISTS age")
     op.execute(SCHEMA)
     types = context.config.attributes.get("memory_types") or DEFAULT_TYPES
     for name in types:
@@ -244,6 +276,7 @@ def upgrade() -> None:
             op.execute(f"SELECT ag_catalog.create_vlabel('memoria_graph', '{label}')")
         for label in ("MENTIONS", "RELATED"):
             op.execute(f"SELECT ag_catalog.create_elabel('memoria_graph', '{label}')")
+        op.execute(AGE_GRAPH)
         op.execute("GRANT USAGE ON SCHEMA ag_catalog, memoria_graph TO memoria_app")
         op.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA memoria_graph TO memoria_app")
         op.execute("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA memoria_graph TO memoria_app")
