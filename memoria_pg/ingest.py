@@ -209,9 +209,12 @@ class Ingestor:
         missing = [p for p in prepared if p.record.embedding is None]
         if not missing:
             return
-        if self.embedder is None:
+        # The embedder is resolved only now, after the whole batch validated: a batch bound to fail
+        # never pays for loading the model.
+        embedder = self.embedder() if callable(self.embedder) and not hasattr(self.embedder, "embed") else self.embedder
+        if embedder is None:
             raise InputError("records without embeddings need an embedder; supply vectors or configure a model")
-        vectors = self.embedder.embed([normalize(p.record.content) for p in missing])
+        vectors = embedder.embed([normalize(p.record.content) for p in missing])
         for p, vector in zip(missing, vectors):
             p.record.embedding = vector
 

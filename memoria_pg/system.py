@@ -96,7 +96,7 @@ class MemorySystem:
         self.ranking = ranking if ranking is not None else _default_ranking(plugins)
         self.graph_backend = "age" if (cfg.use_age and self.db.capabilities.age) else "sql"
         self.ingestor = Ingestor(
-            self.db, embedder=None, memory_types=self.memory_types, default_type=cfg.default_memory_type,
+            self.db, embedder=lambda: self.embedder, memory_types=self.memory_types, default_type=cfg.default_memory_type,
             default_tenant=cfg.default_tenant, dim=cfg.embedding_dim, max_chars=cfg.max_content_chars,
             k1=cfg.bm25_k1, b=cfg.bm25_b, graph_writer=self._graph_writer())
 
@@ -155,8 +155,6 @@ class MemorySystem:
         for batch in batched(records, batch_size or self.config.ingest_batch_size):
             batch_wheres = [next(where_iter) for _ in batch] if where_iter is not None else \
                 [f"record {len(total.ids) + i + 1}" for i in range(len(batch))]
-            needs_model = any(_needs_embedding(r) for r in batch)
-            self.ingestor.embedder = self.embedder if needs_model else None
             result = self.ingestor.store_batch(batch, batch_wheres)
             total.inserted += result.inserted
             total.duplicates += result.duplicates
@@ -205,12 +203,6 @@ class MemorySystem:
                          ranking=self.config.enable_ranking if ranking is None else ranking,
                          v4=self.config.enable_v4 if v4 is None else v4,
                          trace=self.config.enable_tracing if trace is None else trace)
-
-
-def _needs_embedding(record: MemoryRecord | Mapping[str, Any]) -> bool:
-    if isinstance(record, MemoryRecord):
-        return record.embedding is None
-    return isinstance(record, Mapping) and record.get("embedding") is None
 
 
 def _load_plugins(cfg: Config):

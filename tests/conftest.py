@@ -15,7 +15,8 @@ from memoria_pg import migrate
 from memoria_pg.config import Config
 from memoria_pg.embedding import HashEmbedder
 
-TEMPLATE = "memoria_test_template"
+# One template per test session, so concurrent runs against one server do not drop each other's.
+TEMPLATE = f"memoria_test_template_{os.getpid()}"
 
 
 def _with_db(dsn: str, dbname: str) -> str:
@@ -45,14 +46,15 @@ def server_has_age(admin_dsn: str) -> bool:
 
 
 @pytest.fixture(scope="session")
-def template_dsn(admin_dsn: str) -> str:
+def template_dsn(admin_dsn: str) -> Iterator[str]:
     """A database migrated to head once per session; tests clone it (CREATE DATABASE ... TEMPLATE)."""
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
     dsn = _with_db(admin_dsn, TEMPLATE)
     migrate.upgrade(dsn)
-    return dsn
+    yield dsn
+    drop_database(admin_dsn, TEMPLATE)
 
 
 def create_database(admin_dsn: str, template: str | None = None) -> tuple[str, str]:

@@ -1,0 +1,151 @@
+"""Candidate construction (the final CTE), the candidate cap and type filtering on a real server."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pytest
+
+from memoria_pg.candidates import SOURCE_WEIGHTS, build_candidates, filter_by_type
+from memoria_pg.config import Config
+from memoria_pg.embedding import HashEmbedder
+from memoria_pg.system import MemorySystem
+from memoria_pg.types import CandidateRecord, SourceHit
+
+
+def hit(memory_id: int, source: str, rank: int, score: float, **detail) -> SourceHit:
+    return SourceHit(memory_id=memory_id, source=source, rank=rank, score=score, memory_type="general",
+                     detail=detail)
+
+
+def candidates(system: MemorySystem, hits: dict[str, list[SourceHit]], *, tenant: str = "t", cap: int = 200):
+    with system.db.transaction(tenant) as conn:
+        return build_candidates(conn, hits, cap=cap, rrf_k=60)
+
+
+@pytest.fixture
+def five(system):
+    vecs = np.random.default_rng(1).normal(size=(5, 384)).astype(np.float32)
+    result = system.store_many([{"content": f"memory {i}", "tenant": "t", "embedding": v, "importance": 0.1 * i}
+                                for i, v in enumerate(vecs)])
+    return result.ids, vecs
+
+
+# -- the final CTE -----------------------------------------------------------------------------------
+
+def test_memory_found_by_three_sources_appears_once_with_each_score(system, five):
+    (a, b, c, *_), vecs = five
+    hits = {
+        "vector": [hit(a, "vector", 1, 0.1), hit(b, "vector", 2, 0.3)],
+        "bm25": [hit(a, "bm25", 1, 5.0), hit(c, "bm25", 2, 2.0)],
+        "graph": [hit(a, "graph", 1, -1.0, hops=1, entity_hits=1)],
+    }
+    found = candidates(system, hits)
+
+    assert [x.memory_id for x in found] == [a, b, c]
+    first = found[0]
+    assert first.sources == ["bm25", "graph", "vector"]
+    assert first.scores["vector_distance"] == pytest.approx(0.1)
+    assert first.scores["bm25"] == pytest.approx(5.0)
+    assert first.scores["graph_hops"] == 1.0
+    assert first.scores["vector_rank"] == first.scores["bm25_rank"] == first.scores["graph_rank"] == 1.0
+    weights = SOURCE_WEIGHTS["vector"] + SOURCE_WEIGHTS["bm25"] + SOURCE_WEIGHTS["graph"]
+    assert first.retrieval_score == pytest.approx(weights / 61)
+    assert first.content == "memory 0" and first.tenant == "t"
+    np.testing.assert_array_equal(first.embedding, vecs[0])
+
+
+def test_base_score_is_inverse_distance(system, five):
+    (a, b, c, *_), _ = five
+    found = candidates(system, {"vector": [hit(a, "vector", 1, 0.25), hit(b, "vector", 2, 1.5)],
+                                "bm25": [hit(c, "bm25", 1, 3.0)]})
+    by_id = {x.memory_id: x for x in found}
+    assert by_id[a].base_score == pytest.approx(1 / 1.25)
+    assert by_id[b].base_score == pytest.approx(1 / 2.5)
+    assert by_id[c].base_score == 0.0  # no distance: lexical-only candidates have no base score
+
+
+def test_cap_keeps_the_best_fused_candidates(system, five):
+    ids, _ = five
+    hits = {"vector": [hit(m, "vector", r, 0.1 * r) for r, m in enumerate(ids, 1)],
+            "bm25": [hit(m, "bm25", r, 10.0 - r) for r, m in enumerate(reversed(ids), 1)]}
+    hits["graph"] = [hit(ids[2], "graph", 1, -1.0, hops=1, entity_hits=1)]
+    found = candidates(system, hits, cap=2)
+    assert len(found) == 2
+    assert found[0].memory_id == ids[2]  # the only memory with a third source
+
+
+def test_other_tenants_memories_never_become_candidates(system, five):
+    (a, *_), _ = five
+    foreign = system.store("someone else's memory", tenant="u")
+    found = candidates(system, {"vector": [hit(foreign, "vector", 1, 0.0), hit(a, "vector", 2, 0.2)]})
+    assert [x.memory_id for x in found] == [a]
+
+
+def test_no_hits_no_candidates(system):
+    assert candidates(system, {"vector": [], "bm25": []}) == []
+
+
+# -- through the query -------------------------------------------------------------------------------
+
+def test_query_deduplicates_across_sources(system):
+    system.store_many([{"content": c, "tenant": "t"} for c in (
+        "Alice's favourite colour is blue", "Alice bought a blue bicycle", "The sea is blue today",
+        "Bob prefers green tea")])
+    response = system.query("Alice's favourite colour", tenant="t")
+    ids = [c.memory_id for c in response.candidates]
+    assert len(ids) == len(set(ids))
+    top = next(c for c in response.candidates if c.content == "Alice's favourite colour is blue")
+    assert {"vector", "bm25", "fusion", "attribute"} <= set(top.sources)
+    assert {"vector_distance", "bm25", "fusion", "attribute_distance"} <= set(top.scores)
+    for c in response.candidates:
+        if "vector_distance" in c.scores:
+            assert c.base_score == pytest.approx(1 / (1 + c.scores["vector_distance"]))
+
+
+def test_candidate_count_is_capped(config: Config):
+    cfg = config.replace(ranking_candidate_limit=200, worker_limit=300)
+    with MemorySystem(cfg, embedder=HashEmbedder()) as system:
+        system.store_many([{"content": f"harbour log entry {i} mentions crate {i * 7}", "tenant": "t"}
+                           for i in range(300)])
+        response = system.query("harbour log crate", tenant="t", workers=["vector", "bm25"], ranking=False)
+    d = response.diagnostics
+    assert d.worker_hits == {"vector": 300, "bm25": 300}
+    assert d.candidate_count == 200
+    assert len(response.candidates) == 200
+    assert d.returned_count == cfg.top_k
+
+
+# -- type filtering ----------------------------------------------------------------------------------
+
+def record(memory_id: int, memory_type: str) -> CandidateRecord:
+    return CandidateRecord(memory_id=memory_id, tenant="t", memory_type=memory_type, content="c", metadata={},
+                           importance=0.5, created_at=dt.datetime.now(dt.timezone.utc), last_accessed_at=None,
+                           access_count=0, embedding=None)
+
+
+def test_filter_by_type_keeps_the_hinted_type_or_everything():
+    mixed = [record(1, "general"), record(2, "fact"), record(3, "general")]
+    assert filter_by_type(mixed, "fact") == ([mixed[1]], True)
+    assert filter_by_type(mixed, "episodic") == (mixed, False)
+    assert filter_by_type(mixed, None) == (mixed, False)
+    assert filter_by_type([], "fact") == ([], False)
+
+
+def test_typed_query_falls_back_when_no_candidate_has_the_type(system):
+    system.store_many([{"content": f"how to bake sourdough bread step {i}", "tenant": "t"} for i in range(4)])
+    response = system.query("how to bake bread", tenant="t", memory_type="procedural")
+    assert response.query.memory_type_hint == "procedural"
+    assert not response.diagnostics.type_filter_applied
+    assert response.memories and {m.memory_type for m in response.memories} == {"general"}
+
+
+def test_typed_query_keeps_only_matching_candidates(system):
+    system.store_many([{"content": f"how to bake sourdough bread step {i}", "tenant": "t"} for i in range(4)]
+                      + [{"content": "how to knead bread dough", "tenant": "t", "memory_type": "procedural"},
+                         {"content": "how to bake rye bread", "tenant": "t", "memory_type": "procedural"}])
+    response = system.query("how to bake bread", tenant="t", memory_type="procedural")
+    assert response.diagnostics.type_filter_applied
+    assert {m.memory_type for m in response.candidates} == {"procedural"}
+    assert {m.content for m in response.memories} == {"how to knead bread dough", "how to bake rye bread"}

@@ -1,0 +1,219 @@
+"""Schema migrations, shards (partitions), row-level security and extension detection on a real server."""
+
+from __future__ import annotations
+
+import numpy as np
+import psycopg
+import pytest
+
+from memoria_pg import migrate
+from memoria_pg.config import DEFAULT_MEMORY_TYPES
+from memoria_pg.db import Capabilities, Database, detect_capabilities, require_vector
+from memoria_pg.errors import ConfigError, ExtensionMissing, SchemaError, ServerError
+
+TENANT_TABLES = (
+    "memories", "memory_terms", "bm25_terms", "bm25_docs", "entities", "memory_entities",
+    "entity_edges", "memory_attributes", "query_traces", "query_trace_candidates",
+)
+
+
+def scalar(dsn: str, query: str, params=()) -> object:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(query, params).fetchone()[0]
+
+
+def partitions(dsn: str, parent: str) -> set[str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = %s::regclass", (parent,)).fetchall()
+    return {r[0] for r in rows}
+
+
+def index_methods(dsn: str, table: str) -> dict[str, str]:
+    """index name -> access method, for the indexes of one table (a partition)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT i.relname, a.amname FROM pg_index x "
+            "JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_am a ON a.oid = i.relam "
+            "WHERE x.indrelid = %s::regclass", (table,)).fetchall()
+    return dict(rows)
+
+
+def unit_vector(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=384).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+# -- upgrade / downgrade -----------------------------------------------------------------------------
+
+def test_upgrade_downgrade_upgrade(empty_dsn):
+    assert migrate.current(empty_dsn) is None
+
+    migrate.upgrade(empty_dsn)
+    assert migrate.current(empty_dsn) == "0001"
+    assert scalar(empty_dsn, "SELECT to_regclass('memoria.memories') IS NOT NULL")
+
+    migrate.downgrade(empty_dsn, "base")
+    assert migrate.current(empty_dsn) is None
+    assert scalar(empty_dsn, "SELECT to_regnamespace('memoria') IS NULL")
+
+    migrate.upgrade(empty_dsn)
+    assert migrate.current(empty_dsn) == "0001"
+    assert partitions(empty_dsn, "memoria.memories") == {f"memories_{t}" for t in DEFAULT_MEMORY_TYPES} | {
+        "memories_default"}
+
+
+def test_history_lists_the_initial_revision(dsn):
+    history = migrate.history(dsn)
+    assert history[0][:2] == ("0001", None)
+    assert history[0][2]
+
+
+def test_upgrade_creates_the_configured_memory_types(empty_dsn):
+    migrate.upgrade(empty_dsn, memory_types=("general", "notes"))
+    assert partitions(empty_dsn, "memoria.memories") == {"memories_general", "memories_notes", "memories_default"}
+    assert partitions(empty_dsn, "memoria.memory_terms") == {
+        "memory_terms_general", "memory_terms_notes", "memory_terms_default"}
+    with psycopg.connect(empty_dsn) as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM memoria.memory_types ORDER BY name")]
+    assert names == ["general", "notes"]
+
+
+# -- shards ------------------------------------------------------------------------------------------
+
+def test_memories_is_list_partitioned_with_a_default_partition(dsn):
+    with psycopg.connect(dsn) as conn:
+        strategy, default = conn.execute(
+            "SELECT partstrat, partdefid::regclass::text FROM pg_partitioned_table "
+            "WHERE partrelid = 'memoria.memories'::regclass").fetchone()
+    assert strategy == "l"
+    assert default == "memoria.memories_default"
+    expected = {f"memories_{t}" for t in DEFAULT_MEMORY_TYPES} | {"memories_default"}
+    assert partitions(dsn, "memoria.memories") == expected
+
+
+def test_every_partition_has_hnsw_and_fulltext_indexes(dsn):
+    for partition in partitions(dsn, "memoria.memories"):
+        methods = index_methods(dsn, f"memoria.{partition}")
+        assert "hnsw" in methods.values(), partition
+        assert "gin" in methods.values(), partition
+    with psycopg.connect(dsn) as conn:
+        definition = conn.execute(
+            "SELECT pg_get_indexdef(x.indexrelid) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+            "JOIN pg_am a ON a.oid = i.relam WHERE x.indrelid = 'memoria.memories_general'::regclass "
+            "AND a.amname = 'hnsw'").fetchone()[0]
+    assert "vector_cosine_ops" in definition
+
+
+def test_add_memory_type_creates_shard_and_moves_default_rows(dsn):
+    with psycopg.connect(dsn) as conn:
+        # A row of a type without a shard yet lands in the default partitions.
+        memory_id = conn.execute(
+            "INSERT INTO memoria.memories (tenant, memory_type, dedup_key, content, embedding, doc_len) "
+            "VALUES ('t', 'recipe', 'k1', 'bake bread', %s::vector, 2) RETURNING id",
+            (str(unit_vector(1).tolist()),)).fetchone()[0]
+        conn.execute(
+            "INSERT INTO memoria.memory_terms (tenant, memory_type, term, memory_id, tf, doc_len, impact) "
+            "VALUES ('t', 'recipe', 'bread', %s, 1, 2, 1.0)", (memory_id,))
+    assert scalar(dsn, "SELECT count(*) FROM memoria.memories_default WHERE memory_type = 'recipe'") == 1
+
+    assert migrate.add_memory_type(dsn, "recipe") is True
+
+    assert "memories_recipe" in partitions(dsn, "memoria.memories")
+    assert "memory_terms_recipe" in partitions(dsn, "memoria.memory_terms")
+    assert {"hnsw", "gin"} <= set(index_methods(dsn, "memoria.memories_recipe").values())
+    assert index_methods(dsn, "memoria.memory_terms_recipe")
+    assert scalar(dsn, "SELECT count(*) FROM memoria.memories_default") == 0
+    assert scalar(dsn, "SELECT count(*) FROM memoria.memory_terms_default") == 0
+    assert scalar(dsn, "SELECT content FROM memoria.memories_recipe WHERE id = %s", (memory_id,)) == "bake bread"
+    assert scalar(dsn, "SELECT term FROM memoria.memory_terms_recipe WHERE memory_id = %s", (memory_id,)) == "bread"
+    assert scalar(dsn, "SELECT count(*) FROM memoria.memory_types WHERE name = 'recipe'") == 1
+
+    assert migrate.add_memory_type(dsn, "recipe") is False
+
+
+def test_new_memory_type_is_usable_through_the_library(system):
+    assert system.add_memory_type("journal") is True
+    assert "journal" in system.memory_types
+    stored = system.store("Dear diary, the tulips opened.", memory_type="journal", tenant="t")
+    response = system.query("tulips opened", tenant="t", memory_type="journal", ranking=False)
+    assert [m.memory_id for m in response.memories] == [stored]
+    assert response.memories[0].memory_type == "journal"
+
+
+@pytest.mark.parametrize("name", ["Bad-Name", "x; drop table memoria.memories", "", "1abc", "a" * 42, "naïve"])
+def test_add_memory_type_rejects_invalid_names(dsn, name):
+    with pytest.raises(ConfigError, match="invalid memory type"):
+        migrate.add_memory_type(dsn, name)
+    assert scalar(dsn, "SELECT to_regclass('memoria.memories') IS NOT NULL")
+    assert scalar(dsn, "SELECT count(*) FROM memoria.memory_types") == len(DEFAULT_MEMORY_TYPES)
+
+
+def test_sql_function_rejects_invalid_names_itself(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="invalid memory type"):
+            conn.execute("SELECT memoria.add_memory_type(%s)", ("x'); DROP TABLE memoria.memories; --",))
+    assert scalar(dsn, "SELECT to_regclass('memoria.memories') IS NOT NULL")
+
+
+# -- row-level security ------------------------------------------------------------------------------
+
+def test_rls_enabled_and_forced_on_tenant_tables(dsn):
+    with psycopg.connect(dsn) as conn:
+        rows = dict((name, (enabled, forced)) for name, enabled, forced in conn.execute(
+            "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity FROM pg_class c "
+            "WHERE c.relnamespace = 'memoria'::regnamespace AND c.relname = ANY(%s)", (list(TENANT_TABLES),)))
+    assert set(rows) == set(TENANT_TABLES)
+    assert all(rows[t] == (True, True) for t in TENANT_TABLES), rows
+
+
+def test_database_enforces_tenant_isolation(system):
+    system.store("alpha secret", tenant="a")
+    system.store("beta secret", tenant="b")
+    with system.db.transaction("a") as conn:
+        assert [r[0] for r in conn.execute("SELECT content FROM memoria.memories")] == ["alpha secret"]
+        assert conn.execute("SELECT count(*) FROM memoria.memory_terms WHERE tenant = 'b'").fetchone()[0] == 0
+    with system.db.connection() as conn:  # no tenant set: nothing is visible
+        assert conn.execute("SELECT count(*) FROM memoria.memories").fetchone()[0] == 0
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+        with system.db.transaction("a") as conn:
+            conn.execute("INSERT INTO memoria.bm25_docs (tenant, memory_type, n_docs, sum_len) "
+                         "VALUES ('b', 'general', 1, 1)")
+
+
+# -- extension detection -----------------------------------------------------------------------------
+
+def test_detect_capabilities_reports_pgvector(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        caps = detect_capabilities(conn)
+    assert caps.vector_available and caps.vector
+    assert tuple(int(p) for p in caps.vector.split(".")[:2]) >= (0, 8)
+    assert caps.pg_trgm
+    assert caps.schema_ready
+    assert caps.server_version.split(".")[0] in ("17", "18")
+
+
+def test_detect_capabilities_on_an_empty_database(empty_dsn):
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        caps = detect_capabilities(conn)
+    assert caps.vector_available and caps.vector is None  # available on the server, not created here
+    assert not caps.schema_ready
+    assert caps.graph_backend == "sql"
+
+
+def test_database_on_an_empty_database_raises_schema_error(empty_dsn):
+    with pytest.raises(SchemaError, match="db upgrade"):
+        Database(empty_dsn)
+
+
+def test_database_on_an_unreachable_server_raises_server_error():
+    with pytest.raises(ServerError, match="cannot connect"):
+        Database("postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=2")
+
+
+def test_require_vector_explains_a_missing_extension():
+    caps = Capabilities(server_version="17.0", vector=None, vector_available=False, pg_trgm=True,
+                        age=None, age_available=False, schema_ready=False)
+    with pytest.raises(ExtensionMissing, match="pgvector"):
+        require_vector(caps)

@@ -1,0 +1,227 @@
+"""The query path end to end on a real server: submission preconditions, shards, V3 fallback,
+diagnostics, tenants and persisted traces."""
+
+from __future__ import annotations
+
+import numpy as np
+import psycopg
+import pytest
+
+from memoria_pg.embedding import HashEmbedder
+from memoria_pg.errors import InputError
+from memoria_pg.shards import ALL, per_shard_limit, select_shards
+from memoria_pg.system import MemorySystem
+from memoria_pg.types import Route, Shard
+
+ALL_WORKERS = ["vector", "bm25", "fusion", "graph", "phrase", "attribute"]
+SPEC_DIAGNOSTICS = (
+    "candidate_count", "returned_count", "query_processing_ms", "embedding_ms", "retrieval_ms", "database_ms",
+    "ranking_ms", "response_ms", "total_ms", "retrieval_policy", "retrieval_finish_reason",
+    "completed_task_count", "pending_task_count", "failed_task_count", "retrieval_wait_ms",
+    "submitted_sources", "completed_sources", "pending_sources", "failed_sources", "ranking_skipped",
+)
+
+
+@pytest.fixture
+def loaded(system):
+    system.store_many([{"content": c, "tenant": "t"} for c in (
+        "Alice's favourite colour is blue",
+        "Alice and Bob walked through New York in the snow",
+        "Bob lives in Paris",
+        "the weather was mild and sunny",
+    )])
+    return system
+
+
+def submitted(system, text: str, **kw) -> list[str]:
+    return system.query(text, tenant="t", workers=ALL_WORKERS, **kw).diagnostics.submitted_sources
+
+
+# -- submission preconditions ------------------------------------------------------------------------
+
+def test_plain_query_submits_only_vector_and_lexical_sources(loaded):
+    assert submitted(loaded, "mild sunny weather") == ["vector", "bm25", "fusion"]
+
+
+def test_entities_submit_graph(loaded):
+    assert submitted(loaded, "Tell me about Bob") == ["vector", "bm25", "fusion", "graph"]
+
+
+def test_known_entities_are_recognised_in_lower_case(loaded):
+    response = loaded.query("tell me about bob", tenant="t", workers=ALL_WORKERS)
+    assert "Bob" in response.query.entities
+    assert "graph" in response.diagnostics.submitted_sources
+
+
+def test_phrases_submit_phrase(loaded):
+    sources = submitted(loaded, 'anything about "New York" snow')
+    assert "phrase" in sources and "graph" in sources and "attribute" not in sources
+
+
+def test_subject_and_attribute_submit_attribute(loaded):
+    response = loaded.query("What is Alice's favourite colour?", tenant="t", workers=ALL_WORKERS)
+    assert (response.query.subject, response.query.attribute) == ("Alice", "favourite colour")
+    assert "attribute" in response.diagnostics.submitted_sources
+    assert response.memories[0].content == "Alice's favourite colour is blue"
+    assert response.memories[0].scores["attribute_distance"] == 0.0
+
+
+def test_disabled_sources_are_not_submitted(config):
+    cfg = config.replace(enable_graph=False, enable_phrase_index=False, enable_fusion=False)
+    with MemorySystem(cfg, embedder=HashEmbedder()) as system:
+        system.store("Alice visited New York", tenant="t")
+        response = system.query('What is Alice\'s favourite "New York" bar?', tenant="t", workers=ALL_WORKERS)
+    q = response.query
+    assert q.entities and q.phrases and q.subject and q.attribute  # every precondition holds
+    assert response.diagnostics.submitted_sources == ["vector", "bm25", "attribute"]
+
+
+def test_explicit_workers_replace_the_route(loaded):
+    d = loaded.query("Tell me about Bob", tenant="t", workers=["bm25"]).diagnostics
+    assert d.submitted_sources == ["bm25"] and d.completed_sources == ["bm25"]
+
+
+# -- shards ------------------------------------------------------------------------------------------
+
+def test_per_shard_limit_divides_and_rounds_up():
+    assert per_shard_limit(50, (ALL,)) == 50
+    assert per_shard_limit(50, (Shard("a"), Shard("b"))) == 25
+    assert per_shard_limit(51, (Shard("a"), Shard("b"))) == 26
+    assert per_shard_limit(1, (Shard("a"), Shard("b"), Shard("c"))) == 1
+    assert per_shard_limit(10, ()) == 10
+
+
+def test_select_shards():
+    known = ("general", "episodic", "fact", "semantic")
+    episodic = Route("episodic", ("vector",), pool="episodic", fallback_pools=("general",))
+    assert select_shards(episodic, "episodic", known, sharding=True) == (Shard("episodic"), Shard("general"))
+    assert select_shards(episodic, "episodic", known, sharding=False) == (ALL,)
+    general = Route("general", ("vector",))
+    assert select_shards(general, None, known, sharding=True) == (ALL,)
+    assert select_shards(general, "fact", known, sharding=True) == (Shard("fact"),)
+    unknown = Route("x", ("vector",), pool="missing", fallback_pools=("missing_too",))
+    assert select_shards(unknown, "missing", known, sharding=True) == (ALL,)
+
+
+def test_typed_query_reads_its_shards(system):
+    vec = np.random.default_rng(4).normal(size=384).astype(np.float32)
+    procedural = system.store("press the red button", tenant="t", memory_type="procedural", embedding=vec)
+    general = system.store("the button was red", tenant="t", embedding=vec * 0.9 + 0.01)
+
+    typed = system.query("red button", tenant="t", memory_type="episodic", embedding=vec, workers=["vector"])
+    assert typed.diagnostics.shards == ["episodic", "general"]
+    assert {c.memory_id for c in typed.candidates} == {general}
+
+    untyped = system.query("red button", tenant="t", embedding=vec, workers=["vector"])
+    assert untyped.diagnostics.shards == ["*"]
+    assert {c.memory_id for c in untyped.candidates} == {procedural, general}
+
+
+def test_sharding_disabled_reads_the_whole_table(config):
+    with MemorySystem(config.replace(enable_sharding=False), embedder=HashEmbedder()) as system:
+        system.store("press the red button", tenant="t", memory_type="procedural")
+        response = system.query("red button", tenant="t", memory_type="episodic", workers=["vector"])
+    assert response.diagnostics.shards == ["*"]
+    assert response.candidates[0].memory_type == "procedural"
+
+
+# -- V4 and V3 diagnostics ---------------------------------------------------------------------------
+
+def test_v4_diagnostics_carry_every_spec_field(loaded):
+    response = loaded.query("Bob lives where", tenant="t")
+    d = response.diagnostics.as_dict()
+    assert set(SPEC_DIAGNOSTICS) <= set(d)
+    assert d["path"] == "v4"
+    assert d["retrieval_policy"] == "all_submitted_required_vector"
+    assert d["retrieval_finish_reason"] == "all_completed" and d["policy_satisfied"] is True
+    assert d["completed_sources"] == d["submitted_sources"] and d["completed_task_count"] == len(d["submitted_sources"])
+    assert d["pending_sources"] == d["failed_sources"] == []
+    assert d["returned_count"] == len(response.memories) <= d["candidate_count"]
+    assert d["total_ms"] >= d["retrieval_ms"] > 0
+
+
+def test_v3_diagnostics_have_no_scheduler_state(loaded):
+    response = loaded.query("Bob lives in Paris", tenant="t", v4=False)
+    d = response.diagnostics
+    assert d.path == "v3"
+    assert d.submitted_sources == ["vector"] and d.completed_sources == ["vector"]
+    assert d.retrieval_policy is None and d.retrieval_finish_reason is None
+    assert d.pending_sources == [] and d.failed_sources == []
+    assert d.pending_task_count == d.failed_task_count == 0
+    assert response.route is None
+    assert all(c.sources == ["vector"] for c in response.candidates)
+    assert response.memories[0].content == "Bob lives in Paris"
+
+
+def test_retrieval_only_orders_by_retrieval_score(loaded):
+    response = loaded.query("Alice Bob", tenant="t", ranking=False)
+    assert response.diagnostics.ranking_skipped
+    scores = [m.final_score for m in response.memories]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_ranked_query_records_access(loaded, dsn):
+    response = loaded.query("Bob lives in Paris", tenant="t", top_k=1)
+    with psycopg.connect(dsn) as conn:
+        count, accessed = conn.execute("SELECT access_count, last_accessed_at IS NOT NULL FROM memoria.memories "
+                                       "WHERE id = %s", (response.memories[0].memory_id,)).fetchone()
+    assert (count, accessed) == (1, True)
+
+
+# -- tenants and input -------------------------------------------------------------------------------
+
+def test_query_sees_only_its_tenant(system):
+    system.store_many([{"content": "the vault code is 1234", "tenant": "a"},
+                       {"content": "the vault code is 9876", "tenant": "b"}])
+    for tenant, digits in (("a", "1234"), ("b", "9876")):
+        response = system.query("vault code", tenant=tenant, workers=ALL_WORKERS)
+        assert [m.content for m in response.candidates] == [f"the vault code is {digits}"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"memory_type": "nope"}, "unknown memory_type"),
+    ({"embedding": [0.1] * 3}, "query embedding has shape"),
+])
+def test_invalid_query_arguments(loaded, kwargs, message):
+    with pytest.raises(InputError, match=message):
+        loaded.query("anything", tenant="t", **kwargs)
+
+
+@pytest.mark.parametrize("text", ["", "   ", "nul\x00byte"])
+def test_invalid_query_text(loaded, text):
+    with pytest.raises(InputError):
+        loaded.query(text, tenant="t")
+
+
+# -- traces ------------------------------------------------------------------------------------------
+
+def test_trace_persists_candidates_with_sources_and_scores(loaded, dsn):
+    response = loaded.query("What is Alice's favourite colour?", tenant="t", trace=True)
+    trace_id = response.diagnostics.trace_id
+    assert trace_id is not None
+
+    with loaded.db.transaction("t") as conn:
+        rows = conn.execute("SELECT rank, memory_id, sources, scores, returned FROM memoria.query_trace_candidates "
+                            "WHERE trace_id = %s ORDER BY rank", (trace_id,)).fetchall()
+        query, diagnostics = conn.execute("SELECT query, diagnostics FROM memoria.query_traces WHERE id = %s",
+                                          (trace_id,)).fetchone()
+    assert query == "What is Alice's favourite colour?"
+    assert diagnostics["candidate_count"] == response.diagnostics.candidate_count
+    assert [r[1] for r in rows] == [c.memory_id for c in response.candidates]
+    assert all(r[2] for r in rows)
+    by_id = {r[1]: r for r in rows}
+    top = by_id[response.memories[0].memory_id]
+    assert "attribute" in top[2] and top[3]["attribute_distance"] == 0.0
+    assert {r[1] for r in rows if r[4]} == {m.memory_id for m in response.memories}
+
+    with loaded.db.transaction("someone-else") as conn:
+        assert conn.execute("SELECT count(*) FROM memoria.query_trace_candidates").fetchone()[0] == 0
+    with psycopg.connect(dsn) as conn:  # the superuser sees them too
+        assert conn.execute("SELECT count(*) FROM memoria.query_trace_candidates WHERE trace_id = %s",
+                            (trace_id,)).fetchone()[0] == len(rows)
+
+
+def test_untraced_query_writes_no_trace(loaded, dsn):
+    assert loaded.query("Bob", tenant="t").diagnostics.trace_id is None
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM memoria.query_traces").fetchone()[0] == 0

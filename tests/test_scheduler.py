@@ -1,0 +1,184 @@
+"""The scheduler's completion policy on a real server: deadline, cancellation, failures, required vector."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+from memoria_pg.scheduler import CompletionPolicy, Scheduler
+from memoria_pg.types import SourceHit
+from memoria_pg.workers import WORKERS
+from memoria_pg.workers.base import Worker
+
+SLEEP_SQL = "SELECT pg_sleep(5) /* memoria scheduler test */"
+
+
+@pytest.fixture
+def scheduler(system):
+    s = Scheduler(system.db, max_workers=4)
+    yield s
+    s.close()
+
+
+def one_hit(source: str):
+    def task(conn: psycopg.Connection) -> list[SourceHit]:
+        conn.execute("SELECT 1")
+        return [SourceHit(memory_id=1, source=source, rank=1, score=0.5)]
+    return task
+
+
+def sleeper(conn: psycopg.Connection) -> list[SourceHit]:
+    conn.execute(SLEEP_SQL)
+    return [SourceHit(memory_id=2, source="slow", rank=1, score=1.0)]
+
+
+def broken(conn: psycopg.Connection) -> list[SourceHit]:
+    raise RuntimeError("worker exploded")
+
+
+def active_sleepers(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() "
+            "AND query LIKE '%%pg_sleep(5) /* memoria scheduler test%%'").fetchone()[0]
+
+
+def test_deadline_leaves_slow_task_pending_and_cancels_it(system, scheduler, dsn):
+    scheduler.run({"vector": one_hit("vector"), "bm25": one_hit("bm25")}, tenant="t", deadline_ms=5000)  # warm pool
+    started = time.monotonic()
+    result = scheduler.run({"vector": one_hit("vector"), "slow": sleeper}, tenant="t", deadline_ms=300)
+    elapsed = time.monotonic() - started
+
+    assert result.states == {"vector": "completed", "slow": "pending"}
+    assert result.finish_reason == "deadline"
+    assert list(result.hits) == ["vector"]
+    assert result.sources("pending") == ["slow"]
+    assert not result.policy_satisfied
+    assert elapsed < 3.0  # the 5 s statement did not hold the query
+
+    deadline = time.monotonic() + 2.0
+    while active_sleepers(dsn) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert active_sleepers(dsn) == 0
+
+    with system.db.transaction("t") as conn:  # the cancelled connection came back healthy
+        assert conn.execute("SELECT current_setting('memoria.tenant')").fetchone()[0] == "t"
+    again = scheduler.run({name: one_hit(name) for name in ("vector", "bm25", "graph")}, tenant="t",
+                          deadline_ms=2000)
+    assert again.finish_reason == "all_completed"
+
+
+def test_failed_task_does_not_stop_the_others(scheduler):
+    result = scheduler.run({"vector": one_hit("vector"), "bm25": broken, "phrase": one_hit("phrase")},
+                           tenant="t", deadline_ms=2000)
+    assert result.states == {"vector": "completed", "bm25": "failed", "phrase": "completed"}
+    assert result.finish_reason == "completed_with_failures"
+    assert result.policy_satisfied  # vector completed; a failed auxiliary source is tolerated
+    assert set(result.hits) == {"vector", "phrase"}
+    assert "RuntimeError: worker exploded" in result.errors["bm25"]
+
+
+def test_sql_error_fails_the_task_and_its_connection_is_reusable(system, scheduler):
+    def division(conn):
+        conn.execute("SELECT 1 / 0")
+        return []
+
+    result = scheduler.run({"vector": one_hit("vector"), "bm25": division}, tenant="t", deadline_ms=2000)
+    assert result.states["bm25"] == "failed"
+    assert "DivisionByZero" in result.errors["bm25"]
+    for _ in range(system.db.pool.max_size):
+        with system.db.transaction("t") as conn:
+            assert conn.execute("SELECT 1").fetchone()[0] == 1
+
+
+def test_failing_vector_leaves_the_policy_unsatisfied(scheduler):
+    result = scheduler.run({"vector": broken, "bm25": one_hit("bm25")}, tenant="t", deadline_ms=2000)
+    assert result.states == {"vector": "failed", "bm25": "completed"}
+    assert not result.policy_satisfied
+    assert list(result.hits) == ["bm25"]
+
+
+def test_all_completing_is_all_completed(scheduler):
+    names = ("vector", "bm25", "fusion", "graph")
+    result = scheduler.run({n: one_hit(n) for n in names}, tenant="t", deadline_ms=2000)
+    assert result.finish_reason == "all_completed"
+    assert result.policy_satisfied
+    assert result.sources("completed") == list(names)
+    assert set(result.worker_ms) == set(names)
+    assert result.policy == CompletionPolicy().name
+
+
+def test_tasks_run_as_the_app_role_under_the_tenant(scheduler):
+    seen = {}
+
+    def whoami(conn):
+        seen.update(zip(("user", "tenant", "timeout"), conn.execute(
+            "SELECT current_user, current_setting('memoria.tenant'), current_setting('statement_timeout')"
+        ).fetchone()))
+        return []
+
+    scheduler.run({"vector": whoami}, tenant="acme", deadline_ms=700)
+    assert seen == {"user": "memoria_app", "tenant": "acme", "timeout": "1700ms"}
+
+
+def test_tasks_run_concurrently(scheduler):
+    # Both tasks wait at one barrier: it only opens when they run at the same time.
+    barrier = threading.Barrier(2, timeout=5)
+
+    def meet(conn):
+        conn.execute("SELECT 1")
+        barrier.wait()
+        return []
+
+    result = scheduler.run({"vector": meet, "bm25": meet}, tenant="t", deadline_ms=8000)
+    assert result.states == {"vector": "completed", "bm25": "completed"}
+
+
+# -- through the query pipeline ----------------------------------------------------------------------
+
+class SleepyPhrase(Worker):
+    name = "phrase"
+    sql_name = "workers/phrase"
+
+    def statements(self, ctx):
+        return [(SLEEP_SQL, {})]
+
+
+class BrokenBM25(Worker):
+    name = "bm25"
+    sql_name = "workers/bm25"
+
+    def statements(self, ctx):
+        return [("SELECT memory_id FROM memoria.no_such_table", {})]
+
+
+def test_pipeline_reports_pending_and_failed_sources(config, monkeypatch, dsn):
+    from memoria_pg.embedding import HashEmbedder
+    from memoria_pg.system import MemorySystem
+
+    monkeypatch.setitem(WORKERS, "phrase", SleepyPhrase)
+    monkeypatch.setitem(WORKERS, "bm25", BrokenBM25)
+    with MemorySystem(config.replace(retrieval_deadline_ms=300), embedder=HashEmbedder()) as system:
+        stored = system.store('We toured "Old Town" on foot', tenant="t")
+        system.scheduler.run({"a": lambda c: [], "b": lambda c: [], "c": lambda c: []}, tenant="t",
+                             deadline_ms=5000)  # warm the pool: the deadline is for the statements
+        started = time.monotonic()
+        response = system.query('walking in "Old Town"', tenant="t", workers=["vector", "bm25", "phrase"])
+        elapsed = time.monotonic() - started
+
+    d = response.diagnostics
+    assert elapsed < 3.0
+    assert d.submitted_sources == ["vector", "bm25", "phrase"]
+    assert d.completed_sources == ["vector"] and d.failed_sources == ["bm25"] and d.pending_sources == ["phrase"]
+    assert (d.completed_task_count, d.failed_task_count, d.pending_task_count) == (1, 1, 1)
+    assert d.retrieval_finish_reason == "deadline" and d.policy_satisfied is False
+    assert "no_such_table" in d.worker_errors["bm25"]
+    assert [m.memory_id for m in response.memories] == [stored]
+    assert response.memories[0].sources == ["vector"]
+    deadline = time.monotonic() + 2.0
+    while active_sleepers(dsn) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert active_sleepers(dsn) == 0

@@ -1,0 +1,307 @@
+"""Each retrieval worker's SQL on a real server, run directly with a WorkerContext inside a tenant
+transaction, checked against what the worker is meant to compute."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+import numpy as np
+import psycopg
+import pytest
+
+from memoria_pg.config import Config
+from memoria_pg.embedding import HashEmbedder
+from memoria_pg.shards import ALL
+from memoria_pg.system import MemorySystem
+from memoria_pg.text import tokenize
+from memoria_pg.types import ProcessedQuery, Shard, SourceHit
+from memoria_pg.workers import WORKERS, WorkerContext
+from memoria_pg.workers.attribute import AttributeWorker
+from memoria_pg.workers.bm25 import BM25Worker
+from memoria_pg.workers.fusion import FUSION_DEPTH, FusionWorker
+from memoria_pg.workers.graph import GraphWorker
+from memoria_pg.workers.phrase import PhraseWorker
+from memoria_pg.workers.vector import VectorWorker
+
+
+def processed(text: str = "", tenant: str = "t", **fields) -> ProcessedQuery:
+    return ProcessedQuery(text=text, normalized=text, tokens=tokenize(text), tenant=tenant, **fields)
+
+
+def run(system: MemorySystem, worker, query: ProcessedQuery, *, embedding=None, shards=(ALL,), limit=50,
+        graph_depth=2, config: Config | None = None) -> list[SourceHit]:
+    vector = embedding if embedding is not None else system.embed_query(query.normalized or "x")
+    ctx = WorkerContext(query=query, embedding=np.asarray(vector, dtype=np.float32), shards=tuple(shards),
+                        limit=limit, graph_limit=limit, graph_depth=graph_depth, config=config or system.config,
+                        graph_backend=system.graph_backend)
+    with system.db.transaction(query.tenant) as conn:
+        return worker.run(conn, ctx)
+
+
+def unit_vectors(n: int, seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=(n, 384)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+# -- vector ------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def vectors(system):
+    vecs = unit_vectors(25, seed=3)
+    ids = system.store_many([{"content": f"point {i}", "tenant": "t", "embedding": v,
+                              "memory_type": "fact" if i % 5 == 0 else "general"}
+                             for i, v in enumerate(vecs)]).ids
+    system.store_many([{"content": f"foreign point {i}", "tenant": "u", "embedding": v} for i, v in enumerate(vecs)])
+    return dict(zip(ids, vecs))
+
+
+def test_vector_returns_nearest_first_in_distance_order(system, vectors):
+    ids = list(vectors)
+    query = vectors[ids[7]]
+    hits = run(system, VectorWorker(), processed("point"), embedding=query, limit=10)
+
+    matrix = np.stack(list(vectors.values()))
+    exact = 1.0 - matrix @ query
+    expected = [ids[i] for i in np.argsort(exact)[:10]]
+    assert [h.memory_id for h in hits] == expected
+    assert hits[0].memory_id == ids[7] and hits[0].score == pytest.approx(0.0, abs=1e-5)
+    assert [h.score for h in hits] == sorted(h.score for h in hits)
+    assert [h.score for h in hits] == pytest.approx(sorted(exact)[:10], abs=1e-5)
+    assert [h.rank for h in hits] == list(range(1, 11))
+
+
+def test_vector_sees_only_the_tenant(system, vectors):
+    hits = run(system, VectorWorker(), processed("point"), embedding=next(iter(vectors.values())), limit=100)
+    assert {h.memory_id for h in hits} == set(vectors)
+
+
+def test_vector_reads_only_the_selected_shard(system, vectors):
+    hits = run(system, VectorWorker(), processed("point"), embedding=next(iter(vectors.values())),
+               shards=[Shard("fact")], limit=100)
+    assert len(hits) == 5 and {h.memory_type for h in hits} == {"fact"}
+
+
+def test_vector_limit_above_ef_search_is_honoured(config):
+    # An HNSW scan stops after ef_search tuples unless iterative scans are on.
+    with MemorySystem(config.replace(hnsw_ef_search=10), embedder=HashEmbedder()) as system:
+        vecs = unit_vectors(1500, seed=11)
+        system.store_many([{"content": f"bulk {i}", "tenant": "t", "embedding": v} for i, v in enumerate(vecs)],
+                          batch_size=1500)
+        with psycopg.connect(config.dsn, autocommit=True) as conn:
+            conn.execute("ANALYZE memoria.memories")
+        hits = run(system, VectorWorker(), processed("bulk"), embedding=unit_vectors(1, seed=12)[0], limit=60)
+    assert len(hits) == 60
+
+
+# -- BM25 --------------------------------------------------------------------------------------------
+
+VOCABULARY = ("apple banana cherry durian elder fig grape honeydew kiwi lemon mango nectarine "
+              "orange papaya quince").split()
+K1, B = 1.2, 0.75
+
+
+def corpus(seed: int, n: int) -> list[str]:
+    rnd = random.Random(seed)
+    return [" ".join([f"doc{seed}x{i}"] + rnd.choices(VOCABULARY[: 6 + i % 10], k=rnd.randint(2, 14)))
+            for i in range(n)]
+
+
+def reference_bm25(docs: dict[int, str], query: str) -> dict[int, float]:
+    """Okapi BM25 with Lucene's IDF, straight from the textbook formula."""
+    tokens = {i: tokenize(d) for i, d in docs.items()}
+    n = len(docs)
+    avgdl = sum(len(t) for t in tokens.values()) / n
+    df = Counter(term for t in tokens.values() for term in set(t))
+    scores: dict[int, float] = {}
+    for i, doc in tokens.items():
+        tf = Counter(doc)
+        score = 0.0
+        for term, qtf in Counter(tokenize(query)).items():
+            if tf[term]:
+                idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
+                score += qtf * idf * tf[term] * (K1 + 1) / (tf[term] + K1 * (1 - B + B * len(doc) / avgdl))
+        if score > 0:
+            scores[i] = score
+    return scores
+
+
+@pytest.fixture
+def bm25_corpus(system):
+    docs = corpus(seed=5, n=30)
+    ids = system.store_many([{"content": d, "tenant": "t", "memory_type": "fact" if i % 3 == 0 else "general"}
+                             for i, d in enumerate(docs)]).ids
+    # Another tenant's documents must not change this tenant's statistics.
+    system.store_many([{"content": d, "tenant": "u"} for d in corpus(seed=6, n=20)])
+    return dict(zip(ids, docs))
+
+
+@pytest.mark.parametrize("query", ["mango kiwi", "apple apple durian", "fig", "banana zebra lemon cherry"])
+def test_bm25_matches_the_reference_formula(system, bm25_corpus, query):
+    expected = reference_bm25(bm25_corpus, query)
+    hits = run(system, BM25Worker(), processed(query), limit=100)
+
+    assert {h.memory_id for h in hits} == set(expected)
+    for hit in hits:
+        assert hit.score == pytest.approx(expected[hit.memory_id], rel=1e-6)
+    ranked = sorted(expected, key=lambda i: (-expected[i], i))
+    assert [h.memory_id for h in hits][:10] == ranked[:10]
+
+
+def test_bm25_statistics_of_one_shard(system, bm25_corpus):
+    fact_docs = {mid: d for n, (mid, d) in enumerate(bm25_corpus.items()) if n % 3 == 0}  # stored as "fact"
+    expected = reference_bm25(fact_docs, "mango kiwi")
+    hits = run(system, BM25Worker(), processed("mango kiwi"), shards=[Shard("fact")], limit=100)
+    assert {h.memory_id: h.score for h in hits} == pytest.approx(expected, rel=1e-6)
+
+
+def test_bm25_limit_keeps_the_best(system, bm25_corpus):
+    expected = reference_bm25(bm25_corpus, "apple banana")
+    hits = run(system, BM25Worker(), processed("apple banana"), limit=3)
+    assert [h.memory_id for h in hits] == sorted(expected, key=lambda i: (-expected[i], i))[:3]
+
+
+# -- phrase ------------------------------------------------------------------------------------------
+
+def test_phrase_matches_adjacent_words_in_order(system):
+    ids = system.store_many([{"content": c, "tenant": "t"} for c in (
+        "I was in New York today", "York is new to me", "new york pizza is the best",
+        "A new day dawns in York", "Newark is near New  York")]).ids
+    hits = run(system, PhraseWorker(), processed("trip", phrases=["New York"]))
+    assert {h.memory_id for h in hits} == {ids[0], ids[2], ids[4]}
+    assert all(h.detail["phrases"] == ["New York"] for h in hits)
+
+
+def test_phrase_ranks_memories_matching_more_phrases_first(system):
+    both, one = system.store_many([
+        {"content": "From New York we flew to San Francisco", "tenant": "t"},
+        {"content": "New York in the rain", "tenant": "t"}]).ids
+    hits = run(system, PhraseWorker(), processed("x", phrases=["New York", "San Francisco"]))
+    assert [h.memory_id for h in hits] == [both, one]
+    assert hits[0].detail["matched"] == 2
+
+
+# -- attribute ---------------------------------------------------------------------------------------
+
+def test_attribute_exact_subject_and_attribute_have_distance_zero(system):
+    alice, bob, _ = system.store_many([{"content": c, "tenant": "t"} for c in (
+        "Alice's favourite colour is blue", "Bob's favourite colour is green", "Alice lives in Paris")]).ids
+    hits = run(system, AttributeWorker(), processed("x", subject="Alice", attribute="favourite colour"))
+    assert [h.memory_id for h in hits] == [alice]
+    assert hits[0].score == 0.0
+    assert hits[0].detail == {"value": "blue"}
+    assert bob not in {h.memory_id for h in hits}
+
+
+def test_attribute_near_spelling_matches_with_a_distance(system):
+    alice = system.store("Alice's favourite colour is blue", tenant="t")
+    hits = run(system, AttributeWorker(), processed("x", subject="Alicia", attribute="Favourite Colour"))
+    assert [h.memory_id for h in hits] == [alice]
+    assert 0.0 < hits[0].score < 1.0
+
+
+# -- graph -------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def chain(system):
+    """Alice - Bob - Carol - Dave, linked by co-occurrence in three memories; Eve stands alone."""
+    ids = system.store_many([
+        {"content": "first meeting", "tenant": "t", "entities": ["Alice", "Bob"]},
+        {"content": "second meeting", "tenant": "t", "entities": ["Bob", "Carol"]},
+        {"content": "third meeting", "tenant": "t", "entities": ["Carol", "Dave"]},
+        {"content": "tea time", "tenant": "t", "entities": ["Eve"]},
+        {"content": "other tenant", "tenant": "u", "entities": ["Alice"]},
+    ]).ids
+    return ids
+
+
+@pytest.mark.parametrize("depth, expected_hops", [(1, [1]), (2, [1, 2]), (3, [1, 2, 3])])
+def test_graph_depth_bounds_the_walk(system, chain, depth, expected_hops):
+    hits = run(system, GraphWorker(), processed("about alice", entities=["Alice"]), graph_depth=depth)
+    assert {h.memory_id: h.detail["hops"] for h in hits} == dict(zip(chain, expected_hops))
+    assert [h.memory_id for h in hits] == chain[:depth]
+
+
+def test_graph_entities_match_case_insensitively(system, chain):
+    hits = run(system, GraphWorker(), processed("x", entities=["alice", "EVE"]), graph_depth=1)
+    assert {h.memory_id for h in hits} == {chain[0], chain[3]}
+
+
+# -- fusion ------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def fusion_corpus(system):
+    """`lexical` shares the query's words, `semantic` the query's vector; fillers have neither."""
+    vecs = unit_vectors(32, seed=21)
+    records = [{"content": "zebra quartz zebra", "tenant": "t", "embedding": vecs[0]},
+               {"content": "unrelated words entirely", "tenant": "t", "embedding": vecs[1]}]
+    records += [{"content": f"filler {i} zebra" if i % 4 == 0 else f"filler {i}", "tenant": "t",
+                 "embedding": vecs[i + 2]} for i in range(30)]
+    ids = system.store_many(records).ids
+    return {"lexical": ids[0], "semantic": ids[1], "query_vector": vecs[1]}
+
+
+def test_fusion_returns_ids_from_both_sources(system, fusion_corpus):
+    hits = run(system, FusionWorker(), processed("zebra quartz"), embedding=fusion_corpus["query_vector"])
+    by_id = {h.memory_id: h for h in hits}
+    assert by_id[fusion_corpus["lexical"]].detail["bm25_rank"] == 1
+    assert by_id[fusion_corpus["semantic"]].detail["vector_rank"] == 1
+    assert by_id[fusion_corpus["semantic"]].detail["bm25_rank"] is None
+
+
+def test_fusion_with_weight_one_is_vector_order(system, fusion_corpus):
+    cfg = system.config.replace(fusion_semantic_weight=1.0)
+    query = processed("zebra quartz")
+    fused = run(system, FusionWorker(), query, embedding=fusion_corpus["query_vector"], config=cfg)
+    vector = run(system, VectorWorker(), query, embedding=fusion_corpus["query_vector"], limit=FUSION_DEPTH)
+    semantic = [h.memory_id for h in fused if h.detail["vector_rank"] is not None]
+    assert semantic == [h.memory_id for h in vector]
+    assert fused[: len(semantic)] == [h for h in fused if h.memory_id in set(semantic)]
+    assert all(h.score == 0 for h in fused if h.detail["vector_rank"] is None)
+
+
+def test_fusion_with_weight_zero_is_bm25_order(system, fusion_corpus):
+    cfg = system.config.replace(fusion_semantic_weight=0.0)
+    query = processed("zebra quartz")
+    fused = run(system, FusionWorker(), query, embedding=fusion_corpus["query_vector"], config=cfg)
+    lexical = run(system, BM25Worker(), query, limit=FUSION_DEPTH)
+    assert [h.memory_id for h in fused if h.detail["bm25_rank"] is not None] == [h.memory_id for h in lexical]
+    assert fused[0].memory_id == fusion_corpus["lexical"]
+
+
+# -- hostile input -----------------------------------------------------------------------------------
+
+NASTY = [
+    "O'Brien's \"quoted\" name",
+    "'; DROP TABLE memoria.memories; --",
+    "Robert'); DELETE FROM memoria.entities; --",
+    "$$ dollar $$ quoting $body$",
+    "back\\slash \\' \\\\ escapes",
+    "{braces} {vector} {0} {bm25}",
+    "semi;colon;separated",
+    "%s %(limit)s %% percent",
+    "Zoë Ünïcödé 東京 🚀",
+    "tab\tand newline\nsplit",
+]
+
+
+@pytest.mark.parametrize("text", NASTY)
+def test_metacharacters_are_plain_data_to_every_worker(system, dsn, text):
+    memory_id = system.store(f"note: {text}", tenant="t", entities=[text], attributes=[[text, text, text]])
+    system.store("an ordinary memory", tenant="t")
+    query = processed(text, entities=[text], phrases=[text], subject=text, attribute=text)
+
+    found = {name: {h.memory_id for h in run(system, cls(), query)} for name, cls in WORKERS.items()}
+
+    assert memory_id in found["vector"]
+    assert memory_id in found["phrase"]
+    assert memory_id in found["attribute"]
+    assert memory_id in found["graph"]
+    assert memory_id in found["bm25"] and memory_id in found["fusion"]
+    response = system.query(text, tenant="t", workers=list(WORKERS))
+    assert not response.diagnostics.failed_sources, response.diagnostics.worker_errors
+    assert memory_id in {c.memory_id for c in response.candidates}
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM memoria.memories").fetchone()[0] == 2
+        assert conn.execute("SELECT count(*) FROM memoria.entities").fetchone()[0] >= 1
