@@ -86,7 +86,7 @@ class Database:
             )
         self.pool = psycopg_pool.ConnectionPool(
             dsn, min_size=min_size, max_size=max_size, timeout=timeout, open=False,
-            configure=self._configure, check=psycopg_pool.ConnectionPool.check_connection,
+            configure=self._configure, check=self._check,
             name="memoria",
         )
         self.pool.open(wait=True, timeout=max(timeout, 10.0))
@@ -102,20 +102,41 @@ class Database:
         conn.execute("SELECT set_config('statement_timeout', %s, false)",
                      (str(self._statement_timeout_ms),))
         conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(self._ef_search),))
+        # Worker statements filter shards with "%(memory_type)s IS NULL OR memory_type = ...": only a
+        # custom plan prunes partitions; a cached generic plan walks every partition's HNSW index
+        # (measured 45x slower), and psycopg prepares statements after a few executions.
+        conn.execute("SET plan_cache_mode = force_custom_plan")
         # Without iterative scans an HNSW scan stops after ef_search tuples: a worker limit above
         # ef_search, or a tenant filter, would silently return fewer rows (vector.sql re-sorts).
         conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false)")
         conn.execute("SET search_path = memoria, public, ag_catalog" if self.capabilities.age
                      else "SET search_path = memoria, public")
 
+    @staticmethod
+    def _check(conn: psycopg.Connection) -> None:
+        # The liveness probe of every checkout (a dead connection raises and is replaced) also
+        # re-asserts the role: a borrower that ran RESET ROLE cannot hand the next one a connection
+        # that runs as the login user, outside row-level security.
+        conn.autocommit = True
+        conn.execute(f"SET ROLE {APP_ROLE}")
+
     @contextlib.contextmanager
-    def connection(self) -> Iterator[psycopg.Connection]:
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
+        """A pooled connection, waiting at most `timeout` (default: the pool timeout), else PoolTimeout."""
+        wait = self.timeout if timeout is None else timeout
+        failed_connects = self.pool.get_stats().get("connections_errors", 0)
         try:
-            with self.pool.connection(timeout=self.timeout) as conn:
+            with self.pool.connection(timeout=wait) as conn:
                 yield conn
         except psycopg_pool.PoolTimeout as exc:
+            if self.pool.get_stats().get("connections_errors", 0) > failed_connects:
+                # Not a busy pool: the server refused new connections (down, restarting, full).
+                raise PoolTimeout(
+                    f"no database connection within {wait:g}s: the pool cannot connect to PostgreSQL "
+                    f"({_safe(self.dsn)}); is the server running? The pool reconnects when it is back"
+                ) from exc
             raise PoolTimeout(
-                f"no database connection became free within {self.timeout:g}s "
+                f"no database connection became free within {wait:g}s "
                 f"(pool max_size={self.pool.max_size}); raise MEMORIA_POOL_MAX_SIZE or "
                 "MEMORIA_POOL_TIMEOUT, or lower the number of concurrent queries"
             ) from exc

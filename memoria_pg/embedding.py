@@ -48,10 +48,21 @@ class SentenceTransformerEmbedder:
         self._lock = threading.Lock()  # torch modules are not safe to call from several threads
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        import torch
+
         with self._lock:
-            vectors = self.model.encode(list(texts), batch_size=self.batch_size,
-                                        normalize_embeddings=True, convert_to_numpy=True,
-                                        show_progress_bar=False)
+            # A single query embeds fastest on one thread: more threads only fight PostgreSQL's
+            # backends for the cores (p95 0.7 s with 2 threads vs 0.1 s with 1 on a 2-core box).
+            threads = torch.get_num_threads()
+            if len(texts) == 1 and threads > 1:
+                torch.set_num_threads(1)
+            try:
+                vectors = self.model.encode(list(texts), batch_size=self.batch_size,
+                                            normalize_embeddings=True, convert_to_numpy=True,
+                                            show_progress_bar=False)
+            finally:
+                if torch.get_num_threads() != threads:
+                    torch.set_num_threads(threads)
         return np.asarray(vectors, dtype=np.float32)
 
 

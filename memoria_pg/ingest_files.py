@@ -36,17 +36,15 @@ def read_records(path: Path, fmt: str | None = None) -> Iterator[tuple[str, dict
 
 
 def _jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    with path.open("r", encoding="utf-8", errors="strict", newline="") as fh:
-        lineno = 0
-        while True:
-            where = f"{path.name} line {lineno + 1}"
+    # Bytes, decoded line by line: a text-mode reader decodes ahead in chunks, so a bad byte on
+    # line 2 would be reported on line 1.
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            where = f"{path.name} line {lineno}"
             try:
-                line = fh.readline()
+                line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise InputError(f"{where}: not valid UTF-8 ({exc.reason})") from None
-            if not line:
-                return
-            lineno += 1
             if not line.strip():
                 continue
             try:

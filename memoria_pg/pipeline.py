@@ -12,6 +12,7 @@ import numpy as np
 from .candidates import build_candidates, filter_by_type, retrieval_order
 from .diagnostics import Diagnostics
 from .errors import InputError
+from .ingest import as_vector
 from .relevance import relevance_pool
 from .routing import submitted_workers
 from .shards import per_shard_limit, select_shards
@@ -38,6 +39,9 @@ def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: st
     t_start = time.perf_counter()
     if memory_type is not None and memory_type not in system.memory_types:
         raise InputError(f"unknown memory_type {memory_type!r}; known types: {list(system.memory_types)}")
+    unknown = [w for w in workers or () if w not in WORKERS]
+    if unknown:
+        raise InputError(f"unknown workers {unknown}; choose from {list(WORKERS)}")
 
     t0 = time.perf_counter()
     query = system.query_processor(tenant).process(text, tenant=tenant, memory_type=memory_type)
@@ -120,9 +124,11 @@ def _bind(worker, ctx):
 
 def _query_vector(system: "MemorySystem", text: str, embedding: Sequence[float] | None) -> np.ndarray:
     if embedding is not None:
-        vector = np.asarray(embedding, dtype=np.float32)
+        vector = as_vector(embedding, "query embedding")
         if vector.shape != (system.config.embedding_dim,):
             raise InputError(f"query embedding has shape {vector.shape}, expected ({system.config.embedding_dim},)")
+        if not np.all(np.isfinite(vector)) or not np.any(vector):
+            raise InputError("query embedding must be finite and non-zero (cosine distance is undefined otherwise)")
         return vector
     return system.embed_query(text)
 
@@ -182,8 +188,12 @@ def _finish(system, query, route, candidates, top_k, ranking, diag, t_start, tra
 
 def _record_access(system, tenant: str, returned) -> None:
     with system.db.transaction(tenant) as conn:
+        # The rows are locked in id order first: concurrent queries returning overlapping memories
+        # in different orders would otherwise deadlock on each other's row locks.
         conn.execute(
-            "UPDATE memoria.memories SET access_count = access_count + 1, last_accessed_at = now() "
+            "WITH target AS (SELECT id, memory_type FROM memoria.memories "
             "WHERE tenant = current_setting('memoria.tenant') AND (id, memory_type) IN "
-            "(SELECT * FROM unnest(%s::bigint[], %s::text[]))",
+            "(SELECT * FROM unnest(%s::bigint[], %s::text[])) ORDER BY id FOR UPDATE) "
+            "UPDATE memoria.memories m SET access_count = m.access_count + 1, last_accessed_at = now() "
+            "FROM target t WHERE m.id = t.id AND m.memory_type = t.memory_type",
             ([c.memory_id for c in returned], [c.memory_type for c in returned]))

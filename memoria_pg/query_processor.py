@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from .entities import (CAP, FIRST_PERSON, STARTERS, canonical_attribute, entity_key, extract_entities,
                        quoted_spans, resolve_subject)
 from .errors import InputError
+from .ingest import MAX_TENANT_CHARS
 from .text import STOPWORDS, normalize, tokenize
 from .types import ProcessedQuery
 
@@ -109,16 +110,31 @@ class QueryProcessor:
         return next((t for t, cue in _CUES if t in self.memory_types and cue.search(folded)), None)
 
     def _validate(self, text: str, tenant: str, memory_type: str | None) -> None:
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str):
+            raise InputError(f"query must be a string, got {type(text).__name__}")
+        if not text.strip():
             raise InputError("query is empty")
         if "\x00" in text:
             raise InputError("query contains a NUL byte")
+        if not _encodable(text):
+            raise InputError("query contains an invalid (surrogate) character; pass valid UTF-8 text")
         if len(text) > self.max_chars:
             raise InputError(f"query is {len(text)} characters; the limit is {self.max_chars}")
-        if not isinstance(tenant, str) or not tenant.strip() or "\x00" in tenant:
-            raise InputError("tenant must be a non-empty string without NUL bytes")
+        if not isinstance(tenant, str) or not tenant.strip() or "\x00" in tenant or not _encodable(tenant):
+            raise InputError("tenant must be a non-empty string of valid UTF-8 text without NUL bytes")
+        if len(tenant) > MAX_TENANT_CHARS:
+            raise InputError(f"tenant has {len(tenant)} characters; the limit is {MAX_TENANT_CHARS}")
         if memory_type is not None and memory_type not in self.memory_types:
             raise InputError(f"unknown memory_type {memory_type!r}; known types: {list(self.memory_types)}")
+
+
+def _encodable(text: str) -> bool:
+    # Lone surrogates (e.g. from undecodable command-line bytes) cannot reach the server or a model.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def subject_attribute(text: str, speaker: str | None = None) -> tuple[str | None, str | None]:

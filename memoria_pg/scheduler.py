@@ -1,4 +1,10 @@
-"""The scheduler: runs the submitted workers concurrently on the pool under the completion policy."""
+"""The scheduler: runs the submitted workers concurrently on the pool under the completion policy.
+
+A worker that gets no pooled connection in time (the pool timeout, capped by the deadline) ends
+`failed` with PoolTimeout, like any other worker failure: a failed worker never fails the query, and
+a failed vector leaves the policy unsatisfied. The query itself raises PoolTimeout only when one of
+its own statements (entity lookup, relevance pool, final CTE) cannot get a connection.
+"""
 
 from __future__ import annotations
 
@@ -69,17 +75,21 @@ class Scheduler:
         def execute(name: str, fn: WorkerFn) -> None:
             t0 = time.perf_counter()
             try:
-                with self.db.connection() as conn:
+                # Waiting for a connection counts against the deadline: past it nobody reads the
+                # result, and a thread blocked on an exhausted pool would delay the next queries.
+                wait = min(self.db.timeout, max(0.0, deadline_ms / 1000.0 - (t0 - start)))
+                with self.db.connection(timeout=wait) as conn:
                     with lock:
                         if stopped.is_set():
                             return
                         conns[name] = conn
                     try:
                         with conn.transaction():
-                            set_tenant(conn, tenant)
-                            # The server-side ceiling, in case the client-side cancel is lost.
-                            conn.execute("SELECT set_config('statement_timeout', %s, true)",
-                                         (str(deadline_ms + 1000),))
+                            # The tenant, and the server-side ceiling in case the client-side cancel
+                            # is lost, in one round trip.
+                            conn.execute("SELECT set_config('memoria.tenant', %s, true), "
+                                         "set_config('statement_timeout', %s, true)",
+                                         (tenant, str(deadline_ms + 1000)))
                             result = fn(conn)
                     finally:
                         with lock:

@@ -70,6 +70,11 @@ def start(data_dir: Path, *, keep_running: bool) -> str:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             server = ep.get_server(data_dir, cleanup_mode=mode)
+            if _postmaster(data_dir) is None:
+                # get_server() returns this process's cached handle even after the server stopped
+                # (stop() or a crash); start it again through that handle.
+                with server._lock:
+                    server.ensure_postgres_running()
     except Exception as exc:  # the package raises assorted errors (AssertionError, CalledProcessError)
         raise ServerError(f"could not start the embedded server in {data_dir}: {exc}") from exc
     _ensure_database(server.get_uri())

@@ -198,6 +198,8 @@ class MemorySystem:
         """Retrieve memories for `text` through the V4 path (or V3 when disabled)."""
         from .pipeline import run_query
 
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+            raise InputError(f"top_k must be a positive integer, got {top_k!r}")
         return run_query(self, text, tenant=tenant or self.config.default_tenant, memory_type=memory_type,
                          top_k=top_k or self.config.top_k, embedding=embedding, workers=workers,
                          ranking=self.config.enable_ranking if ranking is None else ranking,

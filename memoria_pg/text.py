@@ -17,6 +17,7 @@ STOPWORDS = frozenset(
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 _WS = re.compile(r"\s+")
+_POSSESSIVE = re.compile(r"'s(?=\s|$)")
 
 
 def normalize(text: str) -> str:
@@ -37,7 +38,9 @@ def _stem(token: str) -> str:
 def tokenize(text: str) -> list[str]:
     """Lower-cased word tokens minus stopwords, lightly stemmed; the BM25 vocabulary."""
     folded = unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'")
-    folded = folded.replace("'s ", " ").replace("'", "")
+    # Possessive 's before any whitespace or the end: ingestion tokenizes raw content, queries
+    # their normalized text, and both must give "boss's\nbook" and "boss's book" the same tokens.
+    folded = _POSSESSIVE.sub(" ", folded).replace("'", "")
     return [_stem(t) for t in _TOKEN.findall(folded) if t not in STOPWORDS]
 
 

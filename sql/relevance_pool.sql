@@ -11,5 +11,5 @@ SELECT m.id AS memory_id, m.memory_type, m.pinned, m.embedding <=> %(embedding)s
 FROM memoria.memories m, pool_size
 WHERE m.tenant = current_setting('memoria.tenant') AND m.memory_type = %(memory_type)s
   AND (m.pinned OR m.importance >= 0.9 OR pool_size.n <= %(small_pool)s)
-ORDER BY m.pinned DESC, distance
+ORDER BY m.pinned DESC, distance, m.id
 LIMIT %(limit)s

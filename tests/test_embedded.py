@@ -40,7 +40,7 @@ def test_cli_server_lifecycle_and_doctor(tmp_path):
         assert doctor.exit_code == 0, doctor.output
         assert "pgvector:      0.8" in doctor.output or "pgvector:      available" in doctor.output
         upgraded = runner.invoke(cli, ["--data-dir", data, "db", "upgrade"])
-        assert upgraded.exit_code == 0 and "schema at 0001" in upgraded.output
+        assert upgraded.exit_code == 0 and "schema at 0002" in upgraded.output
     finally:
         stopped = runner.invoke(cli, ["--data-dir", data, "server", "stop"])
     assert stopped.output.strip() == "stopped"

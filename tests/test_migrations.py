@@ -51,7 +51,7 @@ def test_upgrade_downgrade_upgrade(empty_dsn):
     assert migrate.current(empty_dsn) is None
 
     migrate.upgrade(empty_dsn)
-    assert migrate.current(empty_dsn) == "0001"
+    assert migrate.current(empty_dsn) == "0002"
     assert scalar(empty_dsn, "SELECT to_regclass('memoria.memories') IS NOT NULL")
 
     migrate.downgrade(empty_dsn, "base")
@@ -59,7 +59,7 @@ def test_upgrade_downgrade_upgrade(empty_dsn):
     assert scalar(empty_dsn, "SELECT to_regnamespace('memoria') IS NULL")
 
     migrate.upgrade(empty_dsn)
-    assert migrate.current(empty_dsn) == "0001"
+    assert migrate.current(empty_dsn) == "0002"
     assert partitions(empty_dsn, "memoria.memories") == {f"memories_{t}" for t in DEFAULT_MEMORY_TYPES} | {
         "memories_default"}
 

@@ -195,10 +195,14 @@ def test_attribute_exact_subject_and_attribute_have_distance_zero(system):
 
 
 def test_attribute_near_spelling_matches_with_a_distance(system):
+    # The subject matches case-insensitively (an indexable equality under row-level security);
+    # the attribute may be spelled differently and then carries a trigram distance.
     alice = system.store("Alice's favourite colour is blue", tenant="t")
-    hits = run(system, AttributeWorker(), processed("x", subject="Alicia", attribute="Favourite Colour"))
+    hits = run(system, AttributeWorker(), processed("x", subject="ALICE", attribute="Favourite Colours"))
     assert [h.memory_id for h in hits] == [alice]
     assert 0.0 < hits[0].score < 1.0
+    other = run(system, AttributeWorker(), processed("x", subject="Alicia", attribute="favourite colour"))
+    assert other == []
 
 
 # -- graph -------------------------------------------------------------------------------------------

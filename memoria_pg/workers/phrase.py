@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..text import tokenize
 from ..types import Shard
 from .base import Worker, WorkerContext
 
@@ -13,7 +14,13 @@ class PhraseWorker(Worker):
     sql_name = "workers/phrase"
 
     def params(self, ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
-        return {"phrases": list(ctx.query.phrases), "memory_type": shard.memory_type, "limit": ctx.limit}
+        term_phrase, terms = [], []
+        for ordinal, phrase in enumerate(ctx.query.phrases, start=1):
+            for term in dict.fromkeys(tokenize(phrase)):
+                term_phrase.append(ordinal)
+                terms.append(term)
+        return {"phrases": list(ctx.query.phrases), "term_phrase": term_phrase, "terms": terms,
+                "memory_type": shard.memory_type, "limit": ctx.limit}
 
     def score(self, row: dict[str, Any]) -> float:
         return float(row["matched"]) + float(row["score"])

@@ -6,6 +6,7 @@ WITH new_docs AS (
     INSERT INTO memoria.bm25_docs AS d (tenant, memory_type, n_docs, sum_len)
     SELECT current_setting('memoria.tenant'), memory_type, count(*), sum(doc_len)
     FROM new_docs GROUP BY memory_type
+    ORDER BY memory_type  -- rows are upserted (locked) in one order, so concurrent writers never deadlock
     ON CONFLICT (tenant, memory_type) DO UPDATE
         SET n_docs = d.n_docs + excluded.n_docs, sum_len = d.sum_len + excluded.sum_len
     RETURNING d.memory_type, d.n_docs, d.sum_len

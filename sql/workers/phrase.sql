@@ -1,15 +1,35 @@
 -- Phrase worker: positional full-text match (words adjacent and in order) of each query phrase;
 -- a memory matching more phrases ranks first, then by cover density.
+-- Candidates come from the BM25 postings of each phrase's rarest term (equality lookups, which
+-- row-level security lets use the index; the tsvector @@ operator is not leakproof, so under RLS
+-- PostgreSQL would not use the GIN index for it), and only those rows are checked positionally.
+WITH phrase AS (
+    SELECT p.ord, p.phrase, phraseto_tsquery('simple', p.phrase) AS q
+    FROM unnest(%(phrases)s::text[]) WITH ORDINALITY AS p(phrase, ord)
+), anchor AS (
+    SELECT DISTINCT ON (t.ord) t.ord, t.term
+    FROM unnest(%(term_phrase)s::int[], %(terms)s::text[]) AS t(ord, term)
+    LEFT JOIN LATERAL (
+        SELECT sum(b.df) AS df FROM memoria.bm25_terms b
+        WHERE b.tenant = current_setting('memoria.tenant') AND b.term = t.term
+    ) d ON true
+    ORDER BY t.ord, coalesce(d.df, 0), t.term
+), candidate AS (
+    SELECT DISTINCT a.ord, mt.memory_id, mt.memory_type
+    FROM anchor a
+    JOIN memoria.memory_terms mt ON mt.tenant = current_setting('memoria.tenant') AND mt.term = a.term
+    WHERE %(memory_type)s::text IS NULL OR mt.memory_type = %(memory_type)s::text
+)
 SELECT m.id AS memory_id, m.memory_type,
        count(*) AS matched,
        array_agg(p.phrase ORDER BY p.ord) AS phrases,
        sum(ts_rank_cd(m.tsv, p.q)) AS score
-FROM unnest(%(phrases)s::text[]) WITH ORDINALITY AS ph(phrase, ord)
-CROSS JOIN LATERAL (SELECT ph.phrase, ph.ord, phraseto_tsquery('simple', ph.phrase) AS q) p
-JOIN memoria.memories m ON m.tsv @@ p.q
+FROM candidate c
+JOIN phrase p USING (ord)
+JOIN memoria.memories m ON m.id = c.memory_id AND m.memory_type = c.memory_type
 WHERE m.tenant = current_setting('memoria.tenant')
-  AND (%(memory_type)s::text IS NULL OR m.memory_type = %(memory_type)s::text)
   AND numnode(p.q) > 0
+  AND m.tsv @@ p.q
 GROUP BY m.id, m.memory_type
 ORDER BY matched DESC, score DESC, m.id
 LIMIT %(limit)s

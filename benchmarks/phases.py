@@ -1,0 +1,269 @@
+"""The query measurements: latency passes, side-by-side comparisons, throughput, the real model."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+from typing import Any
+
+import psycopg
+
+from memoria_pg import pipeline
+from memoria_pg.config import Config
+from memoria_pg.embedding import HashEmbedder
+from memoria_pg.resources import load_sql
+from memoria_pg.routing import submitted_workers
+from memoria_pg.scheduler import run_sequential
+from memoria_pg.shards import per_shard_limit, select_shards
+from memoria_pg.system import MemorySystem
+from memoria_pg.text import normalize
+from memoria_pg.workers import WORKERS, WorkerContext
+from memoria_pg.workers.bm25 import BM25Worker
+
+import corpus
+import report
+from timing import log, ms_since
+
+DIM = 384
+
+
+class Bench:
+    def __init__(self, system: MemorySystem, queries: list[corpus.Query]) -> None:
+        self.system = system
+        self.queries = queries
+        embedder = HashEmbedder(DIM)
+        self.vectors = [embedder.embed([normalize(q.text)])[0] for q in queries]
+
+    def query(self, i: int, *, v4: bool = True, ranking: bool = False, embedding: bool = True):
+        q = self.queries[i]
+        return self.system.query(q.text, tenant=q.tenant, memory_type=q.memory_type, ranking=ranking, v4=v4,
+                                 embedding=self.vectors[i] if embedding else None)
+
+    def context(self, i: int):
+        """The query's bound worker tasks, built the way pipeline.run_query builds them."""
+        system, q, cfg = self.system, self.queries[i], self.system.config
+        query = system.query_processor(q.tenant).process(q.text, tenant=q.tenant, memory_type=q.memory_type)
+        query, route = system.router.route_query(query)
+        names = submitted_workers(route, query, fusion_enabled=cfg.enable_fusion,
+                                  phrase_index_enabled=cfg.enable_phrase_index, graph_enabled=cfg.enable_graph)
+        shards = select_shards(route, query.memory_type_hint, system.memory_types, sharding=cfg.enable_sharding)
+        ctx = WorkerContext(query=query, embedding=self.vectors[i], shards=shards,
+                            limit=per_shard_limit(cfg.worker_limit, shards),
+                            graph_limit=per_shard_limit(cfg.graph_candidate_limit, shards),
+                            graph_depth=route.graph_depth, config=cfg, graph_backend=system.graph_backend)
+        tasks = {name: pipeline._bind(WORKERS[name](), ctx) for name in names}
+        return query, route, ctx, tasks
+
+
+def answered(response, q: corpus.Query) -> bool | None:
+    if q.expect is None:
+        return None
+    want = q.expect.casefold()
+    return any(want in m.content.casefold() and q.subject.casefold() in m.content.casefold()
+               for m in response.memories)
+
+
+def record(q: corpus.Query, response) -> dict[str, Any]:
+    d = response.diagnostics
+    return {"text": q.text, "tenant": q.tenant, "category": q.category, "memory_type": q.memory_type,
+            "route": d.route, "shards": d.shards, "total_ms": d.total_ms, "embedding_ms": d.embedding_ms,
+            "processing_ms": d.query_processing_ms, "retrieval_ms": d.retrieval_ms, "database_ms": d.database_ms,
+            "ranking_ms": d.ranking_ms, "worker_ms": dict(d.worker_ms), "worker_hits": dict(d.worker_hits),
+            "finish": d.retrieval_finish_reason, "failed": dict(d.worker_errors),
+            "relevance_fast_path": d.relevance_fast_path, "candidates": d.candidate_count,
+            "answered": answered(response, q)}
+
+
+def latency_passes(bench: Bench) -> dict[str, list[dict[str, Any]]]:
+    """V4 retrieval-only, V3 retrieval-only and V4 with ranking, interleaved per query."""
+    modes = {"v4": dict(v4=True, ranking=False), "v3": dict(v4=False, ranking=False),
+             "v4_ranked": dict(v4=True, ranking=True)}
+    out: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    for i, q in enumerate(bench.queries):
+        order = list(modes) if i % 2 == 0 else list(reversed(modes))
+        for mode in order:
+            out[mode].append(record(q, bench.query(i, **modes[mode])))
+    return out
+
+
+def cpu_cost(bench: Bench, meter) -> dict[str, dict[str, Any]]:
+    """CPU per query (client + PostgreSQL backends), each mode as its own sequential pass."""
+    out = {}
+    for mode, kw in (("v4", dict(v4=True, ranking=False)), ("v3", dict(v4=False, ranking=False)),
+                     ("v4_ranked", dict(v4=True, ranking=True))):
+        before = meter.snapshot()
+        t0 = time.perf_counter()
+        for i in range(len(bench.queries)):
+            bench.query(i, **kw)
+        wall = time.perf_counter() - t0
+        cpu = meter.since(before)
+        n = len(bench.queries)
+        out[mode] = {"queries": n, "wall_ms": wall * 1000 / n, "client_cpu_ms": cpu["client_s"] * 1000 / n,
+                     "server_cpu_ms": None if cpu["server_s"] is None else cpu["server_s"] * 1000 / n}
+    return out
+
+
+def concurrent_vs_sequential(bench: Bench) -> list[dict[str, Any]]:
+    system, rows = bench.system, []
+    for i, q in enumerate(bench.queries):
+        _, _, _, tasks = bench.context(i)
+        if not tasks:
+            continue
+        timings = {}
+        noop = {name: (lambda conn: []) for name in tasks}
+        t0 = time.perf_counter()
+        system.scheduler.run(noop, tenant=q.tenant, deadline_ms=system.config.retrieval_deadline_ms)
+        timings["noop_concurrent_ms"] = ms_since(t0)
+        for way in (("concurrent", "sequential") if i % 2 == 0 else ("sequential", "concurrent")):
+            t0 = time.perf_counter()
+            if way == "concurrent":
+                result = system.scheduler.run(tasks, tenant=q.tenant, deadline_ms=system.config.retrieval_deadline_ms)
+                timings["concurrent_ms"] = ms_since(t0)
+                timings["worker_sum_ms"] = sum(result.worker_ms.values())
+            else:
+                run_sequential(tasks, system.db, q.tenant)
+                timings["sequential_ms"] = ms_since(t0)
+        rows.append({"category": q.category, "workers": list(tasks), **timings})
+    return rows
+
+
+def bm25_vs_tsrank(bench: Bench) -> list[dict[str, Any]]:
+    """Our BM25 worker and the ts_rank_cd baseline on the same shards, tenant and limit."""
+    system, rows = bench.system, []
+    baseline = load_sql("workers/bm25_tsrank")
+    for i, q in enumerate(bench.queries):
+        query, _, ctx, _ = bench.context(i)
+        if not query.tokens:
+            continue
+        tsrank = _tsrank_task(baseline, query.tokens, ctx)
+        timings: dict[str, Any] = {"category": q.category, "tokens": list(query.tokens), "shards": len(ctx.shards)}
+        for way in (("bm25", "tsrank") if i % 2 == 0 else ("tsrank", "bm25")):
+            with system.db.transaction(q.tenant) as conn:
+                t0 = time.perf_counter()
+                hits = BM25Worker().run(conn, ctx) if way == "bm25" else [r for rs in tsrank(conn) for r in rs]
+                timings[f"{way}_ms"] = ms_since(t0)
+                timings[f"{way}_hits"] = len(hits)
+        rows.append(timings)
+    return rows
+
+
+def plan_modes(bench: Bench) -> list[dict[str, Any]]:
+    """Each worker's statements under force_custom_plan and force_generic_plan, same connection.
+
+    psycopg prepares a statement after 5 executions and the server may then settle on a generic
+    plan, in which `(%(memory_type)s IS NULL OR memory_type = %(memory_type)s)` prunes no partition.
+    """
+    system, rows = bench.system, []
+    for i, q in enumerate(bench.queries):
+        query, _, ctx, tasks = bench.context(i)
+        for name in tasks:
+            worker = WORKERS[name]()
+            row: dict[str, Any] = {"worker": name, "category": q.category, "typed": ctx.shards[0].memory_type is not None}
+            for mode in (("custom", "generic") if i % 2 == 0 else ("generic", "custom")):
+                with system.db.transaction(q.tenant) as conn:
+                    conn.execute(f"SET LOCAL plan_cache_mode = force_{mode}_plan")
+                    t0 = time.perf_counter()
+                    worker.run(conn, ctx)
+                    row[f"{mode}_ms"] = ms_since(t0)
+            rows.append(row)
+    return rows
+
+
+def admin_connection(dsn: str, config: Config) -> psycopg.Connection:
+    """A superuser connection (row-level security does not apply) set up like the pool's connections."""
+    from pgvector.psycopg import register_vector
+
+    conn = psycopg.connect(dsn, autocommit=True)
+    register_vector(conn)
+    conn.execute("SET search_path = memoria, public")
+    conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(config.hnsw_ef_search),))
+    conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false)")
+    return conn
+
+
+def rls_cost(bench: Bench, dsn: str) -> list[dict[str, Any]]:
+    """Each worker's statements as memoria_app (row-level security) and as the superuser.
+
+    Every worker statement also filters on the tenant itself, so both return the same rows. Under
+    row-level security PostgreSQL uses only leakproof operators as index conditions: `@@` and
+    pg_trgm's `%` are not, so their GIN indexes cannot serve the app role.
+    """
+    system, rows = bench.system, []
+    baseline = load_sql("workers/bm25_tsrank")
+    with admin_connection(dsn, system.config) as admin:
+        for i, q in enumerate(bench.queries):
+            query, _, ctx, tasks = bench.context(i)
+            runs = dict(tasks)  # the same bound tasks the scheduler runs
+            if query.tokens:
+                runs["tsrank"] = _tsrank_task(baseline, query.tokens, ctx)
+            for name, fn in runs.items():
+                row: dict[str, Any] = {"worker": name, "category": q.category}
+                for who in (("app", "owner") if i % 2 == 0 else ("owner", "app")):
+                    if who == "app":
+                        with system.db.transaction(q.tenant) as conn:
+                            t0 = time.perf_counter()
+                            fn(conn)
+                            row["app_ms"] = ms_since(t0)
+                    else:
+                        with admin.transaction():
+                            admin.execute("SELECT set_config('memoria.tenant', %s, true)", (q.tenant,))
+                            t0 = time.perf_counter()
+                            fn(admin)
+                            row["owner_ms"] = ms_since(t0)
+                rows.append(row)
+    return rows
+
+
+def _tsrank_task(baseline: str, tokens: list[str], ctx: WorkerContext):
+    tsquery = " | ".join("'" + t.replace("'", "''") + "'" for t in tokens)
+    return lambda conn: [conn.execute(baseline, {"tsquery": tsquery, "memory_type": shard.memory_type,
+                                                 "limit": ctx.limit}).fetchall() for shard in ctx.shards]
+
+
+def throughput(bench: Bench, levels: list[int], rounds: int) -> list[dict[str, Any]]:
+    out = []
+    jobs = [i for _ in range(rounds) for i in range(len(bench.queries))]
+    for threads in levels:
+        with cf.ThreadPoolExecutor(threads) as ex:
+            list(ex.map(bench.query, jobs[: max(threads * 4, 16)]))  # warm the pool's connections
+            t0 = time.perf_counter()
+            diags = [r.diagnostics for r in ex.map(bench.query, jobs)]
+            wall = time.perf_counter() - t0
+        latencies = [d.total_ms for d in diags]
+        failures = sum(1 for d in diags if d.worker_errors)
+        out.append({"threads": threads, "queries": len(jobs), "wall_s": wall, "qps": len(jobs) / wall,
+                    "latency": report.summary(latencies), "queries_with_failed_workers": failures})
+        log(f"throughput {threads} threads: {len(jobs) / wall:.1f} q/s")
+    return out
+
+
+def with_model(config: Config, queries: list[corpus.Query]) -> dict[str, Any]:
+    """End to end with the real query embedding (all-MiniLM-L6-v2 on CPU), no vectors supplied."""
+    try:
+        from memoria_pg.embedding import SentenceTransformerEmbedder
+
+        model = SentenceTransformerEmbedder()
+    except Exception as exc:  # the model is optional: report why it was skipped
+        return {"skipped": f"{type(exc).__name__}: {exc}"}
+    for text in ("warm up the model", "a second warm-up sentence", "and a third one"):
+        model.embed([text])
+    import torch
+
+    default_threads = torch.get_num_threads()
+    # Torch's default intra-op thread count (one per core) competes with PostgreSQL for the same
+    # cores; the second half repeats the passes with one thread (process setting, library untouched).
+    passes = (("v4", False, default_threads), ("v4_ranked", True, default_threads),
+              ("v4_1thread", False, 1), ("v4_ranked_1thread", True, 1))
+    # A one-entry cache: consecutive queries differ, so every query pays its embedding.
+    with MemorySystem(config.replace(query_cache_size=1), embedder=model, auto_migrate=False) as system:
+        rows: dict[str, list[dict[str, Any]]] = {}
+        for mode, ranking, threads in passes:
+            torch.set_num_threads(threads)
+            rows[mode] = []
+            for q in queries:
+                r = system.query(q.text, tenant=q.tenant, memory_type=q.memory_type, ranking=ranking)
+                rows[mode].append(record(q, r))
+        misses = system._query_embedder.misses if system._query_embedder else None
+    torch.set_num_threads(default_threads)
+    return {"model": getattr(model, "name", "?"), "embedder_misses": misses, "rows": rows,
+            "torch_default_threads": default_threads}

@@ -1,0 +1,160 @@
+"""Migrations under data: a populated database goes down to 0001 and back up to head with every row
+and every query answer unchanged, while one MemorySystem keeps serving it."""
+
+from __future__ import annotations
+
+import random
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from psycopg import sql
+
+from memoria_pg import migrate
+from memoria_pg.cli import cli
+from memoria_pg.config import Config
+from memoria_pg.embedding import HashEmbedder
+from memoria_pg.system import MemorySystem
+
+NEW_INDEXES = ("memories_metadata_gin", "memory_terms_memory", "entity_edges_dst")
+TENANTS = ("acme", "globex", "initech")
+PEOPLE = ("Alice Novak", "Bruno Silva", "Chen Wei", "Dara Okafor", "Emil Larsen", "Farah Haddad")
+PLACES = ("Lisbon", "Osaka", "Nairobi", "Toronto", "Krakow")
+COLOURS = ("teal", "amber", "violet", "crimson")
+QUERIES = [  # (text, tenant, memory_type, workers): lexical, entity, phrase, attribute and typed questions
+    ("What is Alice Novak's favourite colour?", "acme", None, None),
+    ("Bruno Silva Lisbon", "globex", None, None),
+    ('notes about the "budget review"', "initech", None, None),
+    ("Where does Chen Wei live?", "acme", None, None),
+    ("when did Dara Okafor travel", "globex", "episodic", None),
+    ("journal entry about Osaka", "initech", "journal", None),
+    ("Emil Larsen Farah Haddad", "acme", None, ["graph"]),
+    ("crimson", "globex", None, ["bm25"]),
+]
+
+
+def memories(rng: random.Random) -> list[dict]:
+    out = []
+    for i in range(360):
+        tenant, person, other = rng.choice(TENANTS), rng.choice(PEOPLE), rng.choice(PEOPLE)
+        place, colour = rng.choice(PLACES), rng.choice(COLOURS)
+        memory_type, content = rng.choice([
+            ("preference", f"{person}'s favourite colour is {colour}."),
+            ("fact", f"{person} lives in {place}."),
+            ("episodic", f"{person} met {other} in {place} to discuss the budget review ({i})."),
+            ("semantic", f"The {colour} protocol means every review in {place} has two readers ({i})."),
+            ("general", f"Notes {i}: {person} and {other} shared {colour} slides about the budget review."),
+            ("journal", f"Journal {i}: a quiet day in {place}, {person} called."),
+            ("procedural", f"How to file the {colour} expense form {i}: ask {person}, then scan it."),
+        ])
+        record = {"content": content, "tenant": tenant, "memory_type": memory_type,
+                  "metadata": {"source": rng.choice(["chat", "email"]), "seq": i},
+                  "importance": round(rng.random(), 2)}
+        if i % 7 == 0:  # supplied entities and attributes, besides the extracted ones
+            record["entities"] = [person, other, place]
+            record["attributes"] = [[person, "team", rng.choice(["red", "blue"])]]
+        out.append(record)
+    return out
+
+
+def memoria_tables(conn: psycopg.Connection) -> list[str]:
+    """Every table of the memoria schema (parents and partitions) and of the AGE graph, if any."""
+    return [r[0] for r in conn.execute(
+        "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname IN ('memoria', 'memoria_graph') AND c.relkind IN ('r', 'p') ORDER BY 1")]
+
+
+def snapshot(system: MemorySystem, dsn: str) -> dict:
+    with psycopg.connect(dsn) as conn:  # the superuser: all tenants
+        counts = {t: conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(t))).fetchone()[0]
+                  for t in memoria_tables(conn)}
+        content = conn.execute("SELECT md5(string_agg(id || ':' || content || metadata::text || importance, ',' "
+                               "ORDER BY id)) FROM memoria.memories").fetchone()[0]
+    answers = {}
+    for text, tenant, memory_type, workers in QUERIES:
+        r = system.query(text, tenant=tenant, memory_type=memory_type, workers=workers, ranking=False, trace=False)
+        answers[(text, tenant)] = ([c.memory_id for c in r.memories], sorted(r.diagnostics.completed_sources),
+                                   [round(c.retrieval_score, 9) for c in r.memories])
+    return {"counts": counts, "content": content, "answers": answers}
+
+
+def index_partitions(dsn: str, name: str) -> set[str]:
+    """The tables that carry the valid index `name` (a partitioned parent: its own and its partitions')."""
+    with psycopg.connect(dsn) as conn:
+        return {r[0] for r in conn.execute(
+            "SELECT x.indrelid::regclass::text FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+            "WHERE x.indisvalid AND (i.relname = %(n)s OR x.indexrelid IN (SELECT inhrelid FROM pg_inherits "
+            "WHERE inhparent = to_regclass('memoria.' || %(n)s)))", {"n": name})}
+
+
+def partition_tree(dsn: str, parent: str) -> set[str]:
+    """A partitioned table and all its partitions."""
+    with psycopg.connect(dsn) as conn:
+        return {r[0] for r in conn.execute("SELECT relid::regclass::text FROM pg_partition_tree(%s::regclass)",
+                                           (parent,))}
+
+
+@pytest.fixture
+def populated(dsn: str):
+    migrate.add_memory_type(dsn, "journal")  # a shard created after the first migration
+    with MemorySystem(Config(dsn=dsn, pool_min_size=1, pool_max_size=8), embedder=HashEmbedder()) as system:
+        result = system.store_many(memories(random.Random(11)), batch_size=100)
+        assert result.inserted > 300
+        system.query("Alice Novak colour", tenant="acme", trace=True)  # traces are data too
+        yield system
+
+
+def test_down_to_0001_and_up_to_head_keeps_rows_and_answers(populated: MemorySystem, dsn: str):
+    before = snapshot(populated, dsn)
+    assert snapshot(populated, dsn) == before  # the answers are deterministic to begin with
+    assert all(ids for ids, _, _ in before["answers"].values())
+    assert [t for t, n in before["counts"].items() if n == 0 and not t.endswith("_default")] == []
+    assert migrate.current(dsn) == "0002"
+    assert index_partitions(dsn, "memories_metadata_gin") == partition_tree(dsn, "memoria.memories")
+
+    migrate.downgrade(dsn, "0001")
+    assert migrate.current(dsn) == "0001"
+    assert all(not index_partitions(dsn, name) for name in NEW_INDEXES)
+    assert snapshot(populated, dsn) == before  # the same system, mid-migration
+
+    migrate.upgrade(dsn)
+    assert migrate.current(dsn) == "0002"
+    assert snapshot(populated, dsn) == before
+    assert index_partitions(dsn, "memories_metadata_gin") == partition_tree(dsn, "memoria.memories")
+    assert index_partitions(dsn, "memory_terms_memory") == partition_tree(dsn, "memoria.memory_terms")
+    assert index_partitions(dsn, "entity_edges_dst") == {"memoria.entity_edges"}
+
+    # Still writable, and a shard added after the upgrade inherits the new indexes.
+    assert populated.store("Alice Novak moved to Osaka.", tenant="acme", memory_type="fact") is not None
+    assert populated.add_memory_type("recipe")
+    assert "memoria.memories_recipe" in index_partitions(dsn, "memories_metadata_gin")
+    assert "memoria.memory_terms_recipe" in index_partitions(dsn, "memory_terms_memory")
+
+
+def plan(dsn: str, query: str, params: tuple) -> str:
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SET enable_seqscan = off")  # a few hundred rows: force the choice an index allows
+        return "\n".join(r[0] for r in conn.execute(f"EXPLAIN {query}", params))
+
+
+def test_the_new_indexes_serve_metadata_filters_and_deletes(populated: MemorySystem, dsn: str):
+    contained = plan(dsn, "SELECT id FROM memoria.memories WHERE metadata @> %s::jsonb", ('{"source": "email"}',))
+    assert "Bitmap Index Scan on memories_general_metadata_idx" in contained, contained
+    postings = plan(dsn, "DELETE FROM memoria.memory_terms WHERE memory_id = %s", (1,))
+    assert "Index Scan on memory_terms_general_memory_id_idx" in postings, postings
+    edges = plan(dsn, "SELECT 1 FROM memoria.entity_edges WHERE dst_id = %s", (1,))
+    assert "entity_edges_dst" in edges, edges
+
+
+def test_db_history_lists_both_revisions():
+    result = CliRunner().invoke(cli, ["db", "history"], env={"MEMORIA_DSN": None})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [line.split("  ")[0] for line in lines] == ["base -> 0001", "0001 -> 0002"]
+    assert lines[1] == "0001 -> 0002  Indexes for metadata filters and deletes."
+
+
+def test_every_step_up_and_down_works_on_an_empty_schema(empty_dsn: str):
+    for step, expected in (("0001", "0001"), ("head", "0002"), ("base", None), ("0002", "0002")):
+        (migrate.downgrade if step == "base" else migrate.upgrade)(empty_dsn, step)
+        assert migrate.current(empty_dsn) == expected
