@@ -29,4 +29,5 @@ SELECT c.memory_id, c.sources, c.scores, c.ranks, c.retrieval_score,
 FROM capped c
 JOIN memoria.memories m ON m.id = c.memory_id AND m.memory_type = c.memory_type
 WHERE m.tenant = current_setting('memoria.tenant')
+  AND m.id = ANY(%(ids)s::bigint[])  -- lets the planner probe each shard's id index with the whole list
 ORDER BY c.retrieval_score DESC, c.distance ASC NULLS LAST, c.memory_id
