@@ -344,6 +344,15 @@ def demo(ctx: click.Context) -> None:
     run_demo(_config(ctx), click.echo)
 
 
+def _register_eval() -> None:
+    from .eval.cli import eval_command
+
+    cli.add_command(eval_command, "eval")
+
+
+_register_eval()
+
+
 def main() -> None:
     cli(prog_name="memoria-pg")
 

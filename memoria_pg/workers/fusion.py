@@ -7,7 +7,6 @@ from ..types import Shard
 from .base import Worker, WorkerContext
 from .bm25 import bm25_params
 
-FUSION_DEPTH = 20  # RRF over the top 20 of each source beat the top 100 on conversational data
 
 
 class FusionWorker(Worker):
@@ -23,7 +22,7 @@ class FusionWorker(Worker):
     def params(self, ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
         params = bm25_params(ctx, shard)
         params.update(embedding=ctx.embedding, weight=ctx.config.fusion_semantic_weight,
-                      rrf_k=ctx.config.rrf_k, depth=FUSION_DEPTH, limit=FUSION_DEPTH,
+                      rrf_k=ctx.config.rrf_k, depth=ctx.config.rrf_depth, limit=ctx.config.rrf_depth,
                       fusion_limit=ctx.limit)
         return params
 
