@@ -91,7 +91,8 @@ def dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
 
 @pytest.fixture
 def config(dsn: str) -> Config:
-    return Config(dsn=dsn, pool_min_size=1, pool_max_size=8)
+    # The tests exercise every worker, so the fusion worker (off by default) is switched on here.
+    return Config(dsn=dsn, pool_min_size=1, pool_max_size=8, enable_fusion=True)
 
 
 @pytest.fixture

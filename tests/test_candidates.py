@@ -70,10 +70,11 @@ def test_cap_keeps_the_best_fused_candidates(system, five):
     ids, _ = five
     hits = {"vector": [hit(m, "vector", r, 0.1 * r) for r, m in enumerate(ids, 1)],
             "bm25": [hit(m, "bm25", r, 10.0 - r) for r, m in enumerate(reversed(ids), 1)]}
-    hits["graph"] = [hit(ids[2], "graph", 1, -1.0, hops=1, entity_hits=1)]
+    # attribute votes in the fused score (graph and phrase are auxiliary: weight 0)
+    hits["attribute"] = [hit(ids[2], "attribute", 1, 0.0)]
     found = candidates(system, hits, cap=2)
     assert len(found) == 2
-    assert found[0].memory_id == ids[2]  # the only memory with a third source
+    assert found[0].memory_id == ids[2]  # the only memory with a third voting source
 
 
 def test_other_tenants_memories_never_become_candidates(system, five):

@@ -151,7 +151,7 @@ def test_db_history_lists_both_revisions():
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert [line.split("  ")[0] for line in lines] == ["base -> 0001", "0001 -> 0002"]
-    assert lines[1] == "0001 -> 0002  Indexes for metadata filters and deletes."
+    assert lines[1] == "0001 -> 0002  Indexes for metadata filters, deletes and the attribute worker."
 
 
 def test_every_step_up_and_down_works_on_an_empty_schema(empty_dsn: str):

@@ -20,10 +20,12 @@ from memoria_pg.types import ProcessedQuery, Shard, SourceHit
 from memoria_pg.workers import WORKERS, WorkerContext
 from memoria_pg.workers.attribute import AttributeWorker
 from memoria_pg.workers.bm25 import BM25Worker
-from memoria_pg.workers.fusion import FUSION_DEPTH, FusionWorker
+from memoria_pg.workers.fusion import FusionWorker
 from memoria_pg.workers.graph import GraphWorker
 from memoria_pg.workers.phrase import PhraseWorker
 from memoria_pg.workers.vector import VectorWorker
+
+FUSION_DEPTH = Config().rrf_depth
 
 
 def processed(text: str = "", tenant: str = "t", **fields) -> ProcessedQuery:
