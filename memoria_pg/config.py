@@ -6,7 +6,7 @@ import dataclasses
 import os
 import re
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from .errors import ConfigError

@@ -32,7 +32,6 @@ def _ms(t0: float) -> float:
 def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: str | None, top_k: int,
               embedding: Sequence[float] | None, workers: Sequence[str] | None, ranking: bool, v4: bool,
               trace: bool) -> "QueryResponse":
-    from .system import QueryResponse
 
     cfg = system.config
     diag = Diagnostics(path="v4" if v4 else "v3", graph_backend=system.graph_backend)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import concurrent.futures as cf
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import psycopg
 
-from .db import Database, set_tenant
+from .db import Database
 from .types import SourceHit
 
 SUBMITTED, COMPLETED, PENDING, FAILED = "submitted", "completed", "pending", "failed"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +10,6 @@ from typing import Any
 import numpy as np
 
 from . import migrate, server
-from .candidates import build_candidates, filter_by_type, retrieval_order
 from .config import Config, default_data_dir
 from .db import Database
 from .diagnostics import Diagnostics
@@ -20,12 +17,10 @@ from .embedding import CachedQueryEmbedder, Embedder
 from .errors import InputError
 from .ingest import Ingestor, MemoryRecord, StoreResult, batched, normalize_entity
 from .query_processor import QueryProcessor
-from .routing import Router, submitted_workers
+from .routing import Router
 from .scheduler import Scheduler
-from .shards import per_shard_limit, select_shards
-from .tracing import persist_trace
-from .types import CandidateRecord, ProcessedQuery, Route, SourceHit
-from .workers import WORKERS, WorkerContext
+from .types import CandidateRecord, ProcessedQuery, Route
+from .workers import WORKERS
 
 
 @dataclass
@@ -162,12 +157,7 @@ class MemorySystem:
             total.ids.extend(result.ids)
             if progress:
                 progress(len(batch))
-        if total.inserted:
-            self.processor_cache_clear()
         return total
-
-    def processor_cache_clear(self) -> None:
-        pass
 
     def add_memory_type(self, name: str) -> bool:
         created = migrate.add_memory_type(self.dsn, name)
