@@ -148,6 +148,11 @@ port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # --- build -------------------------------------------------------------------------------------
 build_root() {
     [[ ! -e "$ROOT" ]] || die "$ROOT exists but is not a complete root made by this script; remove it or set MEMORIA_AGE_ROOT"
+    if ! command -v debootstrap >/dev/null && command -v apt-get >/dev/null; then
+        log "installing debootstrap with apt-get"
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap; } >&2 \
+            || die "could not install debootstrap (apt-get install debootstrap)"
+    fi
     command -v debootstrap >/dev/null || die "debootstrap is not installed (apt-get install debootstrap)"
     local mirror tmp partial t0
     mirror=$(find_mirror)
