@@ -8,8 +8,8 @@ import time
 import numpy as np
 from tabulate import tabulate
 
-from .shards import per_shard_limit, select_shards
-from .workers import WORKERS, WorkerContext
+from .pipeline import worker_context
+from .workers import WORKERS
 
 
 def _shown(value):
@@ -19,7 +19,7 @@ def _shown(value):
 
 
 def explain_query(system, response) -> str:
-    cfg, query, route, d = system.config, response.query, response.route, response.diagnostics
+    query, route, d = response.query, response.route, response.diagnostics
     out: list[str] = []
     out.append(f"query: {query.text!r}  tenant={query.tenant}  hint={query.memory_type_hint}")
     out.append(f"  tokens={query.tokens} entities={query.entities} phrases={query.phrases} "
@@ -31,12 +31,7 @@ def explain_query(system, response) -> str:
                    f"pool={route.pool} fallback={list(route.fallback_pools)} shards={d.shards}")
         out.append(f"submitted={d.submitted_sources} completed={d.completed_sources} "
                    f"pending={d.pending_sources} failed={d.failed_sources} finish={d.retrieval_finish_reason}")
-        shards = select_shards(route, query.memory_type_hint, system.memory_types, sharding=cfg.enable_sharding)
-        vector = system.embed_query(query.normalized)
-        ctx = WorkerContext(query=query, embedding=vector, shards=shards,
-                            limit=per_shard_limit(cfg.worker_limit, shards),
-                            graph_limit=per_shard_limit(cfg.graph_candidate_limit, shards),
-                            graph_depth=route.graph_depth, config=cfg, graph_backend=system.graph_backend)
+        ctx = worker_context(system, query, route, system.embed_query(query.normalized))
         for name in d.submitted_sources:
             worker = WORKERS[name]()
             out.append(f"\n== worker {name} ({d.worker_ms.get(name, 0):.1f} ms in the query, "

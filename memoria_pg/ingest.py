@@ -308,24 +308,23 @@ def as_vector(value: object, what: str) -> np.ndarray:
         raise InputError(f"{what} must be a list of numbers") from None
 
 
-def _has_surrogate(value: object) -> bool:
+def _any_string(value: object, test: Callable[[str], bool]) -> bool:
+    """Whether `test` holds for any string in a JSON-like value (keys included)."""
     if isinstance(value, str):
-        return not value.isascii() and any("\ud800" <= ch <= "\udfff" for ch in value)
+        return test(value)
     if isinstance(value, dict):
-        return any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
+        return any(_any_string(k, test) or _any_string(v, test) for k, v in value.items())
     if isinstance(value, (list, tuple)):
-        return any(_has_surrogate(v) for v in value)
+        return any(_any_string(v, test) for v in value)
     return False
+
+
+def _has_surrogate(value: object) -> bool:
+    return _any_string(value, lambda s: not s.isascii() and any("\ud800" <= ch <= "\udfff" for ch in s))
 
 
 def _has_nul(value: object) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_has_nul(v) for v in value)
-    return False
+    return _any_string(value, lambda s: "\x00" in s)
 
 
 def normalize_entity(name: str) -> str:

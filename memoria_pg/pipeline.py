@@ -59,8 +59,8 @@ def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: st
         route = Route(route.name, tuple(workers), route.graph_depth, route.signals, route.pool, route.fallback_pools)
     names = submitted_workers(route, query, fusion_enabled=cfg.enable_fusion,
                               phrase_index_enabled=cfg.enable_phrase_index, graph_enabled=cfg.enable_graph)
-    shards = select_shards(route, query.memory_type_hint, system.memory_types, sharding=cfg.enable_sharding)
-    diag.shards = [s.memory_type or "*" for s in shards]
+    ctx = worker_context(system, query, route, vector)
+    diag.shards = [s.memory_type or "*" for s in ctx.shards]
 
     t0 = time.perf_counter()
     hits: dict = {}
@@ -71,10 +71,6 @@ def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: st
     if len(pool_hits) >= top_k:
         diag.relevance_fast_path = True
         names = []
-    ctx = WorkerContext(query=query, embedding=vector, shards=shards,
-                        limit=per_shard_limit(cfg.worker_limit, shards),
-                        graph_limit=per_shard_limit(cfg.graph_candidate_limit, shards),
-                        graph_depth=route.graph_depth, config=cfg, graph_backend=system.graph_backend)
     tasks = {name: _bind(WORKERS[name](), ctx) for name in names}
     if tasks:
         result = system.scheduler.run(tasks, tenant=tenant, deadline_ms=cfg.retrieval_deadline_ms)
@@ -116,6 +112,16 @@ def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: st
     candidates, diag.type_filter_applied = filter_by_type(candidates, query.memory_type_hint)
     return _finish(system, query, route, candidates, top_k, ranking, diag, t_start, trace,
                    submitted=diag.submitted_sources)
+
+
+def worker_context(system: "MemorySystem", query, route: Route, vector: np.ndarray) -> WorkerContext:
+    """The selected shards and the per-shard limits every worker of this query runs with."""
+    cfg = system.config
+    shards = select_shards(route, query.memory_type_hint, system.memory_types, sharding=cfg.enable_sharding)
+    return WorkerContext(query=query, embedding=vector, shards=shards,
+                         limit=per_shard_limit(cfg.worker_limit, shards),
+                         graph_limit=per_shard_limit(cfg.graph_candidate_limit, shards),
+                         graph_depth=route.graph_depth, config=cfg, graph_backend=system.graph_backend)
 
 
 def _bind(worker, ctx):
