@@ -15,7 +15,8 @@ import psycopg
 from .db import Database, set_tenant
 from .errors import InputError
 from .resources import load_sql
-from .text import content_hash, normalize, term_counts
+from .embedding import embed_memories
+from .text import content_hash, indexed_term_counts, normalize
 
 FUTURE_TOLERANCE = dt.timedelta(days=1)
 MAX_TENANT_CHARS = 200
@@ -36,6 +37,9 @@ class MemoryRecord:
     external_id: str | None = None
     embedding: Sequence[float] | np.ndarray | None = None
     pinned: bool = False
+    # Text that situates the memory (the turns before it in a conversation, a document's title):
+    # indexed with it - BM25 terms at a lower weight, and in the embedding - but not its content.
+    context: str | None = None
 
 
 @dataclass
@@ -179,7 +183,11 @@ class Ingestor:
             if not np.all(np.isfinite(vector)) or not np.any(vector):
                 raise InputError(f"{where}: embedding must be finite and non-zero")
             record.embedding = vector
-        terms, doc_len = term_counts(content)
+        if record.context is not None and not (isinstance(record.context, str) and not record.context.strip()):
+            record.context = _clean_text(record.context, "context", where, self.max_chars)
+        else:
+            record.context = None  # absent, or only whitespace: no context
+        terms, doc_len = indexed_term_counts(content, record.context)
         if record.entities is None:
             speaker = metadata.get("speaker") if isinstance(metadata.get("speaker"), str) else None
             entities = (self.entity_extractor or RuleBasedExtractor()).extract(content, ())
@@ -222,7 +230,8 @@ class Ingestor:
         embedder = self.embedder() if callable(self.embedder) and not hasattr(self.embedder, "embed") else self.embedder
         if embedder is None:
             raise InputError("records without embeddings need an embedder; supply vectors or configure a model")
-        vectors = embedder.embed([normalize(p.record.content) for p in missing])
+        vectors = embed_memories(embedder, [p.record.content for p in missing],
+                                 [p.record.context for p in missing])
         for p, vector in zip(missing, vectors):
             p.record.embedding = vector
 

@@ -49,5 +49,29 @@ def term_counts(text: str) -> tuple[Counter[str], int]:
     return Counter(tokens), len(tokens)
 
 
+# A memory stored with a context (the turns before it in a conversation, a document's title...) is
+# indexed as a two-field document, BM25F style: its own words count CONTENT_WEIGHT times, the
+# context's once. The context makes a short turn findable by what it answers ("They're a real
+# support" after "How is your family?"), and the weight keeps the memory's own words first.
+# Measured in process on the LoCoMo dev set (evidence recall@10, BM25 alone): no context 0.593,
+# previous two turns as context with the content counted once 0.700, twice 0.720.
+CONTENT_WEIGHT = 2
+
+
+def indexed_tokens(content: str, context: str | None = None) -> list[str]:
+    """The tokens BM25 indexes for a memory: the content's (CONTENT_WEIGHT times when there is a
+    context) followed by the context's."""
+    tokens = tokenize(content)
+    if not context:
+        return tokens
+    return tokens * CONTENT_WEIGHT + tokenize(context)
+
+
+def indexed_term_counts(content: str, context: str | None = None) -> tuple[Counter[str], int]:
+    """(term frequencies, document length) of indexed_tokens: a memory's BM25 postings."""
+    tokens = indexed_tokens(content, context)
+    return Counter(tokens), len(tokens)
+
+
 def content_hash(text: str) -> str:
     return hashlib.sha256(normalize(text).encode("utf-8")).hexdigest()

@@ -203,6 +203,55 @@ def test_attributes_are_extracted(system, dsn):
     assert ("Carol", "employer", "Acme") in triples
 
 
+def test_a_context_is_indexed_with_the_content_weighted_higher(system, dsn):
+    memory_id = system.store("They are a real support.", tenant="t", context="How is your family doing?")
+    postings = dict((term, (tf, doc_len)) for term, tf, doc_len in rows(
+        dsn, "SELECT term, tf, doc_len FROM memoria.memory_terms WHERE memory_id = %s", (memory_id,)))
+    own, context = tokenize("They are a real support."), tokenize("How is your family doing?")
+    doc_len = 2 * len(own) + len(context)
+    assert postings["support"] == (2, doc_len) and postings["family"] == (1, doc_len)
+    assert rows(dsn, "SELECT sum_len FROM memoria.bm25_docs WHERE tenant = 't'") == [(doc_len,)]
+    (content,) = rows(dsn, "SELECT content FROM memoria.memories WHERE id = %s", (memory_id,))[0]
+    assert content == "They are a real support."  # the context is indexed, not part of the content
+
+
+def test_a_memory_is_found_by_its_context_and_its_own_words_rank_first(system):
+    own = system.store("I love my family, they are everything.", tenant="t")
+    replied = system.store("They are a real support.", tenant="t", context="How is your family doing?")
+    system.store("The weather is nice today.", tenant="t")
+    response = system.query("family", tenant="t", workers=["bm25"], ranking=False)
+    assert [c.memory_id for c in response.candidates] == [own, replied]
+
+
+def test_a_context_changes_the_embedding_not_a_supplied_vector(system, dsn):
+    plain = system.store("They are a real support.", tenant="a")
+    with_context = system.store("They are a real support.", tenant="b", context="How is your family?")
+    supplied = unit_vectors(1)[0]
+    given = system.store("They are a real support.", tenant="c", context="How is your family?", embedding=supplied)
+    stored = dict(rows(dsn, "SELECT id, embedding FROM memoria.memories"))
+    own, in_context = system.embedder.embed(["They are a real support.",
+                                             "How is your family? They are a real support."])
+    np.testing.assert_allclose(stored[plain].to_numpy(), own, rtol=1e-5)
+    np.testing.assert_allclose(stored[with_context].to_numpy(),
+                               (own + in_context) / np.linalg.norm(own + in_context), rtol=1e-5)
+    np.testing.assert_array_equal(stored[given].to_numpy(), supplied)
+
+
+@pytest.mark.parametrize("context, message", [(42, "context must be a string"),
+                                              ("a\x00b", "context contains a NUL byte"),
+                                              ("x" * 100_001, "context has 100001 characters")])
+def test_a_bad_context_fails_the_batch_with_a_clear_error(system, dsn, context, message):
+    with pytest.raises(InputError, match=message):
+        system.store_many([{"content": "fine", "tenant": "t"}, {"content": "also fine", "context": context}])
+    assert counts(dsn)["memories"] == 0
+
+
+def test_a_blank_context_is_no_context(system, dsn):
+    memory_id = system.store("cherry durian", tenant="t", context="   ")
+    assert rows(dsn, "SELECT term, tf, doc_len FROM memoria.memory_terms WHERE memory_id = %s ORDER BY term",
+                (memory_id,)) == [("cherry", 1, 2), ("durian", 1, 2)]
+
+
 def test_supplied_vectors_are_stored_unchanged(config, dsn):
     vectors = np.random.default_rng(7).normal(size=(3, 384)).astype(np.float32) * 3  # not even unit length
     with MemorySystem(config) as system:  # no embedder: supplied vectors must not need one

@@ -10,6 +10,7 @@ import click
 from ..config import Config
 from ..errors import MemoriaError
 from .configurations import ALL_NAMES
+from .locomo import CONTEXT_TURNS
 from .runner import DATASETS, run_eval
 
 
@@ -56,6 +57,8 @@ def parse_settings(pairs: tuple[str, ...]) -> dict[str, object]:
               help="Config override for every data set, e.g. --set fusion_semantic_weight=0.6 (repeatable).")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="MEMORIA_EVAL_CACHE",
               help="Embedding cache folder (default: ~/.cache/memoria-pg/eval).")
+@click.option("--context-turns", type=click.IntRange(min=0), default=CONTEXT_TURNS, show_default=True,
+              help="Store each LoCoMo turn with this many previous turns of its session as context (0: none).")
 @click.option("--keep-db", is_flag=True, help="Keep the evaluation databases instead of dropping them.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Results folder: writes OUT/<timestamp>/ and OUT/latest.md.")
@@ -63,7 +66,7 @@ def parse_settings(pairs: tuple[str, ...]) -> dict[str, object]:
 def eval_command(ctx: click.Context, data: Path | None, datasets: str, limit_queries: int | None,
                  max_tenants: int | None, corpus_limit: int | None, configs: str | None,
                  cross_encoder: str | None, dsn: str | None, age: bool, settings: tuple[str, ...],
-                 cache_dir: Path | None, keep_db: bool, out: Path) -> None:
+                 cache_dir: Path | None, context_turns: int, keep_db: bool, out: Path) -> None:
     """Measure retrieval quality on LoCoMo, SciFact, HotpotQA and LongMemEval, print the table."""
     root = ctx.find_root().obj
     dsn = dsn or (root.dsn if isinstance(root, Config) else None)
@@ -71,7 +74,8 @@ def eval_command(ctx: click.Context, data: Path | None, datasets: str, limit_que
         report = run_eval(data, _csv(datasets) or DATASETS, limit_queries=limit_queries, max_tenants=max_tenants,
                           corpus_limit=corpus_limit, configurations=_csv(configs), cross_encoder=cross_encoder,
                           dsn=dsn, settings=parse_settings(settings), use_age=age, cache_dir=cache_dir, out=out,
-                          keep_databases=keep_db, log=lambda m: click.echo(m, err=True))
+                          keep_databases=keep_db, context_turns=context_turns,
+                          log=lambda m: click.echo(m, err=True))
     except MemoriaError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(report.markdown)

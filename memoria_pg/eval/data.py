@@ -32,6 +32,7 @@ class Document:
     content: str
     metadata: Mapping[str, Any] = field(default_factory=dict)
     created_at: dt.datetime | None = None
+    context: str | None = None  # stored as the memory's context (MemoryRecord.context)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 Memory content is "Speaker: text", followed by " [shared an image: <blip_caption>]" when the turn
 shared a photo (the caption is the only trace of what the image showed, and questions ask about it).
 Metadata: speaker (the ingestor records it as an entity), dia_id, session number and date;
-created_at is the session's date. One tenant per conversation (its sample_id). Every question is a
+created_at is the session's date. Context (MemoryRecord.context): the `context_turns` turns before it
+in the same session (default 2; 0 stores bare turns), because a chat turn is often only
+understandable after what it answers. One tenant per conversation (its sample_id). Every question is a
 query whose answers are its evidence dia_ids; malformed ids ("D8:6; D9:17") are split on ';' and
 what still does not parse is skipped. Category 5 (adversarial: no answer in the conversation) is
 scored apart.
@@ -24,7 +26,10 @@ _DIA_ID = re.compile(r"D\d+:\d+")
 _SESSION = re.compile(r"session_(\d+)")
 
 
-def load(root: Path) -> Dataset:
+CONTEXT_TURNS = 2
+
+
+def load(root: Path, *, context_turns: int = CONTEXT_TURNS) -> Dataset:
     path = require(root / "locomo" / "locomo.json", "LoCoMo (locomo/locomo.json)")
     conversations = json.loads(path.read_text(encoding="utf-8"))
     documents: list[Document] = []
@@ -32,7 +37,7 @@ def load(root: Path) -> Dataset:
     skipped_ids = no_evidence = 0
     for conv in conversations:
         tenant = conv["sample_id"]
-        documents.extend(_turns(tenant, conv["conversation"]))
+        documents.extend(_turns(tenant, conv["conversation"], context_turns))
         for i, qa in enumerate(conv["qa"]):
             evidence, bad = evidence_ids(qa.get("evidence") or [])
             skipped_ids += bad
@@ -43,7 +48,8 @@ def load(root: Path) -> Dataset:
                                  relevant=frozenset(evidence),
                                  group=CATEGORIES.get(int(qa["category"]), str(qa["category"]))))
     notes = [(f"{len(conversations)} conversations, {len(documents)} turns; {no_evidence} questions without "
-              f"evidence left out; {skipped_ids} unparseable evidence ids skipped")]
+              f"evidence left out; {skipped_ids} unparseable evidence ids skipped; context: the "
+              f"{context_turns} previous turn(s) of the session")]
     return Dataset("locomo", "locomo", documents, queries, notes)
 
 
@@ -68,17 +74,20 @@ def turn_content(turn: dict) -> str:
     return f"{content} [shared an image: {caption}]" if caption else content
 
 
-def _turns(tenant: str, conversation: dict) -> list[Document]:
+def _turns(tenant: str, conversation: dict, context_turns: int) -> list[Document]:
     out = []
     sessions = sorted((int(m.group(1)), key) for key in conversation if (m := _SESSION.fullmatch(key)))
     for number, key in sessions:
         date_text = conversation.get(f"{key}_date_time")
         created = session_date(date_text)
-        for turn in conversation[key]:
+        contents = [turn_content(turn) for turn in conversation[key]]
+        for i, turn in enumerate(conversation[key]):
+            before = contents[max(0, i - context_turns):i] if context_turns > 0 else []
             out.append(Document(
-                doc_id=turn["dia_id"], tenant=tenant, content=turn_content(turn), created_at=created,
+                doc_id=turn["dia_id"], tenant=tenant, content=contents[i], created_at=created,
                 metadata={"speaker": turn["speaker"], "dia_id": turn["dia_id"], "session": number,
-                          "session_date": date_text, "conversation": tenant}))
+                          "session_date": date_text, "conversation": tenant},
+                context="\n".join(before) or None))
     return out
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..candidates import FUSION_DEPTH
 from ..fusion import rrf
-from ..text import normalize, tokenize
+from ..text import indexed_tokens, normalize, tokenize
 from .data import Dataset
 
 REFERENCES = ("ref_dense", "ref_bm25", "ref_rrf", "ref_rrf_full")
@@ -50,7 +50,7 @@ def reference_runs(dataset: Dataset, doc_vectors: Mapping[tuple[str, str], np.nd
         need_dense = bool({"ref_dense", "ref_rrf", "ref_rrf_full"} & set(names))
         need_bm25 = bool({"ref_bm25", "ref_rrf", "ref_rrf_full"} & set(names))
         matrix = np.stack([doc_vectors[(tenant, i)] for i in ids]) if need_dense else None
-        bm25 = BM25Okapi([tokenize(d.content) for d in docs], k1=k1, b=b) if need_bm25 else None
+        bm25 = BM25Okapi([indexed_tokens(d.content, d.context) for d in docs], k1=k1, b=b) if need_bm25 else None
         for q in queries:
             dense = bm25_order = None
             if matrix is not None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..config import Config
 from ..errors import InputError
+from ..embedding import embed_memories
 from ..ingest import MemoryRecord
 from ..text import normalize
 from . import beir, locomo, longmemeval
@@ -41,11 +42,13 @@ DATASETS = ("locomo", "scifact", "hotpotqa", "longmemeval")
 # How many memories each query returns: the deepest metric (BEIR recall@100), and for LongMemEval
 # enough turns to rank 10 distinct sessions.
 DEPTH = {"locomo": 50, "scifact": 100, "hotpotqa": 100, "longmemeval": 100}
-LOADERS: dict[str, Callable[[Path], Dataset]] = {
-    "locomo": locomo.load,
-    "scifact": lambda root: beir.load(root, "scifact"),
-    "hotpotqa": lambda root: beir.load(root, "hotpotqa"),
-    "longmemeval": longmemeval.load,
+# Loaders take the data folder and how many previous turns a conversation turn is stored with as
+# its context (LoCoMo; LongMemEval's turns are long and stored alone, BEIR documents have none).
+LOADERS: dict[str, Callable[[Path, int], Dataset]] = {
+    "locomo": lambda root, context_turns: locomo.load(root, context_turns=context_turns),
+    "scifact": lambda root, _: beir.load(root, "scifact"),
+    "hotpotqa": lambda root, _: beir.load(root, "hotpotqa"),
+    "longmemeval": lambda root, _: longmemeval.load(root),
 }
 Log = Callable[[str], None]
 
@@ -59,12 +62,13 @@ def run_eval(data: str | Path | None = None, datasets: Iterable[str] = DATASETS,
              configurations: Iterable[str] | None = None, cross_encoder: str | None = None,
              dsn: str | None = None, settings: Mapping[str, Any] | None = None, use_age: bool = False,
              cache_dir: str | Path | None = None, out: str | Path | None = None, keep_databases: bool = False,
-             log: Log | None = None) -> EvalReport:
+             context_turns: int = locomo.CONTEXT_TURNS, log: Log | None = None) -> EvalReport:
     """Evaluate retrieval quality; writes results/<timestamp>/ under `out` when given.
 
     `dsn` is an admin DSN allowed to CREATE DATABASE (a fresh database per data set, dropped
     afterwards); without one, an embedded server runs in a temporary directory. `settings` are
     Config overrides applied to every data set (MEMORIA_* variables are not read).
+    `context_turns`: LoCoMo turns are stored with that many previous turns as context (0: none).
     """
     log = log or _stderr
     root = Path(data) if data is not None else default_data_root()
@@ -79,12 +83,16 @@ def run_eval(data: str | Path | None = None, datasets: Iterable[str] = DATASETS,
     cache_root = Path(cache_dir) if cache_dir else default_cache_dir()
     started = dt.datetime.now()
     t_start = time.perf_counter()
-    loaded = [(name, _load(root, name, limit_queries, max_tenants, corpus_limit)) for name in names]
+    if context_turns < 0:
+        raise InputError(f"context_turns must be 0 or more, got {context_turns}")
+    loaded = [(name, _load(root, name, limit_queries, max_tenants, corpus_limit, context_turns))
+              for name in names]
     report = EvalReport(started=started.isoformat(timespec="seconds"), datasets=[], settings={
         "data": str(root), "datasets": names, "configurations": list(chosen), "limit_queries": limit_queries,
         "max_tenants": max_tenants, "corpus_limit": corpus_limit, "cross_encoder": cross_encoder,
         "config_overrides": settings, "use_age": use_age, "model": model_label(settings.get("embedding_model")),
-        "cache_dir": str(cache_root), "code": _code_version(), "embedded_server": dsn is None})
+        "cache_dir": str(cache_root), "code": _code_version(), "embedded_server": dsn is None,
+        "context_turns": context_turns})
     with admin_server(dsn, log) as admin:
         report.settings["server"] = server_version(admin)
         for name, dataset in loaded:
@@ -102,9 +110,9 @@ def run_eval(data: str | Path | None = None, datasets: Iterable[str] = DATASETS,
     return report
 
 
-def _load(root: Path, name: str, limit_queries, max_tenants, corpus_limit) -> Dataset:
+def _load(root: Path, name: str, limit_queries, max_tenants, corpus_limit, context_turns: int) -> Dataset:
     t0 = time.perf_counter()
-    dataset = select(LOADERS[name](root), limit_queries=limit_queries, max_tenants=max_tenants,
+    dataset = select(LOADERS[name](root, context_turns), limit_queries=limit_queries, max_tenants=max_tenants,
                      corpus_limit=corpus_limit)
     dataset.notes.append(f"loaded in {time.perf_counter() - t0:.1f} s")
     return dataset
@@ -136,9 +144,11 @@ def evaluate_dataset(dataset: Dataset, *, admin_dsn: str, names: Sequence[str], 
 
 
 def embed(dataset: Dataset, cache: EmbeddingCache):
-    """({(tenant, doc_id): vector}, {query_id: vector}) of the normalized texts, as the library embeds them."""
+    """({(tenant, doc_id): vector}, {query_id: vector}): documents as the library embeds memories
+    (memoria_pg.embedding.embed_memories: content, plus context when there is one), queries normalized."""
     before = cache.embedded
-    doc_matrix = cache.embed([normalize(d.content) for d in dataset.documents])
+    doc_matrix = embed_memories(cache, [d.content for d in dataset.documents],
+                                [d.context for d in dataset.documents])
     query_matrix = cache.embed([normalize(q.text) for q in dataset.queries])
     dataset.notes.append(f"embeddings: {cache.embedded - before} texts embedded, the rest read from {cache.path}")
     return ({(d.tenant, d.doc_id): v for d, v in zip(dataset.documents, doc_matrix, strict=True)},
@@ -182,7 +192,8 @@ def _sql_configurations(dataset, names, config: Config, cache, doc_vectors, quer
 def ingest(system, dataset: Dataset, doc_vectors: Mapping[tuple[str, str], np.ndarray], log: Log) -> None:
     """Store every document with its cached vector; doc_id goes into metadata and external_id."""
     records = (MemoryRecord(content=d.content, tenant=d.tenant, metadata={**d.metadata, "doc_id": d.doc_id},
-                            created_at=d.created_at, external_id=d.doc_id, embedding=doc_vectors[(d.tenant, d.doc_id)])
+                            created_at=d.created_at, external_id=d.doc_id, context=d.context,
+                            embedding=doc_vectors[(d.tenant, d.doc_id)])
                for d in dataset.documents)
     t0 = time.perf_counter()
     result = system.store_many(records)
