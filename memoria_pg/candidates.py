@@ -57,7 +57,10 @@ def build_candidates(conn: psycopg.Connection, hits: Mapping[str, Sequence[Sourc
         return []
     params = final_cte_params(hits, cap=cap, rrf_k=rrf_k, weights=weights, depth=depth)
     details = {(h.source, h.memory_id): h.detail for source_hits in hits.values() for h in source_hits}
-    with conn.cursor(row_factory=dict_row) as cur:
+    # Binary results: 200 embeddings arrive as raw float32 instead of 76,800 numbers printed and
+    # parsed back (the text parse was most of this statement's time). Same values: the SQL sends
+    # `importance` as text, because a binary real is its float32 value, not the decimal it prints.
+    with conn.cursor(row_factory=dict_row, binary=True) as cur:
         rows = cur.execute(load_sql("final_candidates"), params).fetchall()
     return [_candidate(row, details) for row in rows]
 

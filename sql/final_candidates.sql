@@ -24,7 +24,9 @@ WITH hits AS (
     LIMIT %(cap)s
 )
 SELECT c.memory_id, c.sources, c.scores, c.ranks, c.retrieval_score,
-       m.tenant, m.memory_type, m.content, m.metadata, m.importance, m.created_at,
+       m.tenant, m.memory_type, m.content, m.metadata,
+       m.importance::text AS importance,  -- as printed: the result is fetched in binary (candidates.py)
+       m.created_at,
        m.last_accessed_at, m.access_count, m.embedding
 FROM capped c
 JOIN memoria.memories m ON m.id = c.memory_id AND m.memory_type = c.memory_type
