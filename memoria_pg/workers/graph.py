@@ -8,7 +8,7 @@ from .base import Worker, WorkerContext
 
 
 class GraphWorker(Worker):
-    """Entity graph walk: AGE when the server has the graph, a recursive CTE otherwise.
+    """Entity graph walk: AGE when the server has the graph (memoria.graph_walk), a recursive CTE otherwise.
 
     Both backends return the same rows; `score` orders by hops (fewer first) then entity hits.
     """
@@ -23,13 +23,8 @@ class GraphWorker(Worker):
 
     def params(self, ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
         entities = sorted({normalize_entity(e) for e in ctx.query.entities})
-        params: dict[str, Any] = {"entities": entities, "depth": max(1, ctx.graph_depth),
-                                  "memory_type": shard.memory_type, "limit": ctx.graph_limit}
-        if ctx.graph_backend == "age":
-            from ..graph_age import cypher_params
-
-            params["cypher_params"] = cypher_params(entities, ctx.query.tenant, params["depth"])
-        return params
+        return {"entities": entities, "depth": max(1, ctx.graph_depth),
+                "memory_type": shard.memory_type, "limit": ctx.graph_limit}
 
     def score(self, row: dict[str, Any]) -> float:
         return -float(row["hops"]) + min(float(row["entity_hits"]), 99.0) / 100.0
