@@ -3,6 +3,8 @@
 
 The plain tables are the source of truth: the mirror must hold exactly their rows, and the graph
 worker must return exactly the rows of the SQL worker (sql/workers/graph.sql) for every query.
+The library's role has no privilege on the graph (tests/test_security_graph.py): the tests read the
+label tables and run Cypher through `admin`, a connection as the user that ran the migrations.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import random
 
 import numpy as np
+import psycopg
 import pytest
 
 from memoria_pg import graph_age
@@ -91,6 +94,15 @@ def age_system(request, server_has_age):
 
 
 @pytest.fixture
+def admin(dsn):
+    """The migrating (super)user: the label tables and Cypher are its, not memoria_app's."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("LOAD 'age'")
+        conn.execute("SET search_path = ag_catalog, public")
+        yield conn
+
+
+@pytest.fixture
 def loaded(age_system):
     for tenant, seed in ((TENANT_A, 1), (TENANT_B, 2)):
         result = age_system.store_many(corpus(tenant, seed), batch_size=25)  # several batches
@@ -125,8 +137,8 @@ def plain_tables(conn) -> dict[str, set]:
 
 
 def mirror(conn, tenant: str) -> dict[str, set]:
-    """The graph's content for `tenant`, read with plain SQL over the label tables and mapped back
-    to plain-table ids; asserts that every vertex and edge carries the tenant and has no duplicate."""
+    """The graph's content for `tenant`, read with plain SQL over the label tables (an admin
+    connection) and mapped back to plain-table ids; asserts that every vertex and edge carries the tenant and has no duplicate."""
     prop = "ag_catalog.agtype_object_field_text"
     out = {}
     vertices = {
@@ -161,32 +173,33 @@ def all_graph_rows(conn) -> dict[str, list]:
             for label in ("Memory", "Entity", "MENTIONS", "RELATED")}
 
 
-def test_mirror_matches_the_plain_tables(loaded):
+def test_mirror_matches_the_plain_tables(loaded, admin):
     for tenant in (TENANT_A, TENANT_B):
         with loaded.db.transaction(tenant) as conn:
             truth = plain_tables(conn)
-            assert mirror(conn, tenant) == truth
             assert graph_age.graph_counts(conn, tenant) == {k: len(v) for k, v in truth.items()}
-            assert len(truth["RELATED"]) > 0 and any(w > 1 for _, _, w in truth["RELATED"])
-    with loaded.db.connection() as conn:
-        # nothing in the graph without a tenant, or with a tenant other than the two
-        for label in ("Memory", "Entity", "MENTIONS", "RELATED"):
-            tenants = {r[0] for r in conn.execute(
-                f"SELECT ag_catalog.agtype_object_field_text(properties, 'tenant') FROM memoria_graph.\"{label}\"")}
-            assert tenants == {TENANT_A, TENANT_B}, label
+        assert mirror(admin, tenant) == truth
+        assert len(truth["RELATED"]) > 0 and any(w > 1 for _, _, w in truth["RELATED"])
+    with loaded.db.connection() as conn:  # graph_counts sets the tenant for its call only
+        assert graph_age.graph_counts(conn, TENANT_B)["Memory"] == len(CHAIN) + 60
+        assert conn.execute("SELECT current_setting('memoria.tenant', true)").fetchone()[0] in (None, "")
+    # nothing in the graph without a tenant, or with a tenant other than the two
+    for label in ("Memory", "Entity", "MENTIONS", "RELATED"):
+        tenants = {r[0] for r in admin.execute(
+            f"SELECT ag_catalog.agtype_object_field_text(properties, 'tenant') FROM memoria_graph.\"{label}\"")}
+        assert tenants == {TENANT_A, TENANT_B}, label
 
 
-def test_names_survive_the_round_trip(loaded):
+def test_names_survive_the_round_trip(loaded, admin):
     """Exotic names are stored verbatim and are found through Cypher with the parameter map."""
-    with loaded.db.transaction(TENANT_A) as conn:
-        params = graph_age.cypher_params([normalize_entity(n) for n in TRICKY], TENANT_A, 1)
-        rows = conn.execute(
+    params = graph_age.cypher_params([normalize_entity(n) for n in TRICKY], TENANT_A, 1)
+    rows = admin.execute(
             "SELECT name::text, norm_name::text FROM ag_catalog.cypher('memoria_graph', $$ "
             "MATCH (e:Entity) WHERE e.tenant = $tenant AND e.norm_name IN $names "
             "RETURN e.name, e.norm_name $$, %s::ag_catalog.agtype) "
             "AS (name ag_catalog.agtype, norm_name ag_catalog.agtype)", (params,)).fetchall()
-        assert {name for name, _ in rows} == {normalize(n) for n in TRICKY}
-        assert {norm for _, norm in rows} == {normalize_entity(n) for n in TRICKY}
+    assert {name for name, _ in rows} == {normalize(n) for n in TRICKY}
+    assert {norm for _, norm in rows} == {normalize_entity(n) for n in TRICKY}
 
 
 def test_age_worker_returns_the_sql_workers_rows(loaded):
@@ -237,15 +250,15 @@ def test_rows_become_hits_identically(loaded):
             assert hits["age"] == hits["sql"] and hits["age"]
 
 
-def test_cypher_reference_walk_agrees(loaded):
-    """graph_age.CYPHER_WALK (pure Cypher, parameter map only) reads the same graph the same way."""
+def test_cypher_reference_walk_agrees(loaded, admin):
+    """graph_age.CYPHER_WALK (pure Cypher, parameter map only) reads the same graph the same way; it
+    runs as the admin (memoria_app may not read the graph)."""
     for entities in (["Alice"], ["$$ Dollar $$", "MATCH"], ["'); DROP TABLE memoria.memories; --"]):
         names = sorted({normalize_entity(e) for e in entities})
         for depth in range(1, graph_age.MAX_CYPHER_DEPTH + 1):
             params = {"entities": names, "depth": depth, "memory_type": None, "limit": 1000,
                       "cypher_params": graph_age.cypher_params(names, TENANT_A, depth)}
-            with loaded.db.transaction(TENANT_A) as conn:
-                cypher_rows = [tuple(r) for r in conn.execute(graph_age.CYPHER_WALK, params).fetchall()]
+            cypher_rows = [tuple(r) for r in admin.execute(graph_age.CYPHER_WALK, params).fetchall()]
             assert cypher_rows == worker_rows(loaded, TENANT_A, entities, depth, "sql", limit=1000)
             assert cypher_rows
 
@@ -274,14 +287,12 @@ def test_tenant_isolation(loaded):
     assert worker_rows(loaded, "nobody", ["Alice"], 3, "age") == []
 
 
-def test_reingest_is_idempotent(loaded):
-    with loaded.db.connection() as conn:
-        before = all_graph_rows(conn)
+def test_reingest_is_idempotent(loaded, admin):
+    before = all_graph_rows(admin)
     for tenant, seed in ((TENANT_A, 1), (TENANT_B, 2)):
         result = loaded.store_many(corpus(tenant, seed), batch_size=40)
         assert result.inserted == 0 and result.duplicates == len(CHAIN) + 60
-    with loaded.db.connection() as conn:
-        assert all_graph_rows(conn) == before
+    assert all_graph_rows(admin) == before
     # A batch mixing duplicates and new memories: only the new ones reach the graph, and the
     # co-occurrence weights follow entity_edges.
     mixed = corpus(TENANT_A, 1)[:10] + [
@@ -290,43 +301,51 @@ def test_reingest_is_idempotent(loaded):
     ]
     result = loaded.store_many(mixed)
     assert result.inserted == 2 and result.duplicates == 10
-    with loaded.db.transaction(TENANT_A) as conn:
-        assert mirror(conn, TENANT_A) == plain_tables(conn)
-    with loaded.db.transaction(TENANT_B) as conn:
-        assert mirror(conn, TENANT_B) == plain_tables(conn)
+    for tenant in (TENANT_A, TENANT_B):
+        with loaded.db.transaction(tenant) as conn:
+            assert mirror(admin, tenant) == plain_tables(conn)
 
 
-def test_sync_twice_in_one_transaction_adds_nothing(age_system):
+def test_sync_twice_in_one_transaction_adds_nothing(age_system, admin):
     """Running the graph writer again on the same batch (same transaction) changes nothing."""
     calls = []
 
+    def graph_rows(conn):
+        # The batch's rows are not committed yet: read them on the batch's own connection, as the
+        # login user (trusted test code may RESET ROLE; memoria_app may not read the graph).
+        conn.execute("RESET ROLE")
+        try:
+            return all_graph_rows(conn)
+        finally:
+            conn.execute("SET ROLE memoria_app")
+
     def twice(conn, tenant):
         graph_age.sync_batch(conn, tenant)
-        first = all_graph_rows(conn)
+        first = graph_rows(conn)
         graph_age.sync_batch(conn, tenant)
-        calls.append(first == all_graph_rows(conn))
+        calls.append(first == graph_rows(conn) and len(first["Memory"]) == len(CHAIN) + 30)
 
     age_system.ingestor.graph_writer = twice
     age_system.store_many(corpus(TENANT_A, 5, n_random=30), batch_size=100)
     assert calls == [True]
     with age_system.db.transaction(TENANT_A) as conn:
-        assert mirror(conn, TENANT_A) == plain_tables(conn)
+        assert mirror(admin, TENANT_A) == plain_tables(conn)
 
 
-def test_rebuild(loaded):
-    with loaded.db.connection() as conn:
-        b_before = {label: [r for r in rows if TENANT_B in r[1]] for label, rows in all_graph_rows(conn).items()}
-        # wipe part of tenant A's mirror behind the library's back
-        conn.execute("DELETE FROM memoria_graph.\"RELATED\" WHERE "
-                     "ag_catalog.agtype_object_field_text(properties, 'tenant') = %s", (TENANT_A,))
+def test_rebuild(loaded, admin):
+    b_before = {label: [r for r in rows if TENANT_B in r[1]] for label, rows in all_graph_rows(admin).items()}
+    # wipe part of tenant A's mirror behind the library's back
+    admin.execute("DELETE FROM memoria_graph.\"RELATED\" WHERE "
+                  "ag_catalog.agtype_object_field_text(properties, 'tenant') = %s", (TENANT_A,))
+    admin.execute("DELETE FROM memoria_graph.\"MENTIONS\" WHERE id IN (SELECT id FROM memoria_graph.\"MENTIONS\" "
+                  "WHERE ag_catalog.agtype_object_field_text(properties, 'tenant') = %s LIMIT 5)", (TENANT_A,))
     with loaded.db.connection() as conn:
         counts = graph_age.rebuild(conn, TENANT_A)
     with loaded.db.transaction(TENANT_A) as conn:
         truth = plain_tables(conn)
-        assert mirror(conn, TENANT_A) == truth
-        assert counts == {k: len(v) for k, v in truth.items()}
-    with loaded.db.connection() as conn:
-        b_after = {label: [r for r in rows if TENANT_B in r[1]] for label, rows in all_graph_rows(conn).items()}
+    assert mirror(admin, TENANT_A) == truth
+    assert counts == {k: len(v) for k, v in truth.items()}
+    b_after = {label: [r for r in rows if TENANT_B in r[1]] for label, rows in all_graph_rows(admin).items()}
     assert b_after == b_before
     for entities in (["Alice"], ["MATCH"]):
         for depth in (1, 2, 3):
@@ -337,3 +356,36 @@ def test_rebuild(loaded):
 def test_cypher_params_is_an_agtype_map():
     text = graph_age.cypher_params(["b", "a", "b", "$$ {x} \\ \"q\""], "t'{}", 2)
     assert json.loads(text) == {"names": ["$$ {x} \\ \"q\"", "a", "b"], "tenant": "t'{}", "depth": 2}
+
+
+def test_a_schema_before_0003_asks_for_the_upgrade(admin_dsn, server_has_age):
+    """This library reaches the graph through 0003's functions only: on an older schema with the graph,
+    a batch fails with SchemaError (and writes nothing), the graph worker fails and the query answers."""
+    if not server_has_age:
+        pytest.skip("the server has no Apache AGE")
+    from memoria_pg import migrate
+    from memoria_pg.config import Config
+    from memoria_pg.embedding import HashEmbedder
+    from memoria_pg.errors import SchemaError
+    from memoria_pg.system import MemorySystem
+
+    from .conftest import create_database, drop_database
+
+    name, dsn = create_database(admin_dsn)
+    try:
+        migrate.upgrade(dsn, "0002")
+        with MemorySystem(Config(dsn=dsn, pool_min_size=1, pool_max_size=4), embedder=HashEmbedder()) as system:
+            assert system.graph_backend == "age"
+            with pytest.raises(SchemaError, match="db upgrade"):
+                system.store("Alice met Bob in Paris.", tenant="A")
+            with system.db.transaction("A") as conn:
+                assert conn.execute("SELECT count(*) FROM memoria.memories").fetchone()[0] == 0
+            response = system.query("Alice Bob", tenant="A", workers=["graph"], ranking=False)
+            assert "graph_walk" in response.diagnostics.worker_errors["graph"]
+        migrate.upgrade(dsn)
+        with MemorySystem(Config(dsn=dsn, pool_min_size=1, pool_max_size=4), embedder=HashEmbedder()) as system:
+            stored = system.store("Alice met Bob in Paris.", tenant="A", entities=["Alice", "Bob"])
+            response = system.query("Alice Bob", tenant="A", workers=["graph"], ranking=False)
+            assert [c.memory_id for c in response.candidates] == [stored]
+    finally:
+        drop_database(admin_dsn, name)

@@ -17,6 +17,9 @@ TENANT_TABLES = (
 )
 
 
+HEAD = migrate.history("")[-1][0]  # the latest revision
+
+
 def scalar(dsn: str, query: str, params=()) -> object:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute(query, params).fetchone()[0]
@@ -51,7 +54,7 @@ def test_upgrade_downgrade_upgrade(empty_dsn):
     assert migrate.current(empty_dsn) is None
 
     migrate.upgrade(empty_dsn)
-    assert migrate.current(empty_dsn) == "0002"
+    assert migrate.current(empty_dsn) == HEAD
     assert scalar(empty_dsn, "SELECT to_regclass('memoria.memories') IS NOT NULL")
 
     migrate.downgrade(empty_dsn, "base")
@@ -59,9 +62,53 @@ def test_upgrade_downgrade_upgrade(empty_dsn):
     assert scalar(empty_dsn, "SELECT to_regnamespace('memoria') IS NULL")
 
     migrate.upgrade(empty_dsn)
-    assert migrate.current(empty_dsn) == "0002"
+    assert migrate.current(empty_dsn) == HEAD
     assert partitions(empty_dsn, "memoria.memories") == {f"memories_{t}" for t in DEFAULT_MEMORY_TYPES} | {
         "memories_default"}
+
+
+def acls(dsn: str) -> dict[str, object]:
+    """Every privilege in the database that migrations grant: the schemas', the relations' and the
+    functions' access lists (memoria, memoria_graph, ag_catalog)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT 'schema ' || nspname, nspacl::text FROM pg_namespace "
+            "WHERE nspname IN ('memoria', 'memoria_graph', 'ag_catalog') "
+            "UNION ALL SELECT 'relation ' || oid::regclass::text, relacl::text FROM pg_class "
+            "WHERE relnamespace IN ('memoria'::regnamespace, to_regnamespace('memoria_graph')) AND relkind <> 'i' "
+            "AND relkind <> 'I' "
+            "UNION ALL SELECT 'function ' || oid::regprocedure::text, proacl::text FROM pg_proc "
+            "WHERE pronamespace = 'memoria'::regnamespace").fetchall()
+    return dict(rows)
+
+
+def test_0003_closes_the_graph_and_its_downgrade_restores_0001s_grants(empty_dsn, server_has_age):
+    migrate.upgrade(empty_dsn, "0001")
+    at_0001 = acls(empty_dsn)
+    migrate.upgrade(empty_dsn, "0002")
+    assert acls(empty_dsn) == at_0001  # 0002 adds indexes only
+    migrate.upgrade(empty_dsn)
+    at_head = acls(empty_dsn)
+    app_on_graph = ("SELECT has_schema_privilege('memoria_app', 'memoria_graph', 'USAGE') "
+                    "OR has_schema_privilege('memoria_app', 'ag_catalog', 'USAGE') "
+                    "OR EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = 'memoria_graph'::regnamespace "
+                    "AND has_table_privilege('memoria_app', oid, 'SELECT'))")
+    functions = "SELECT count(*) FROM pg_proc WHERE pronamespace = 'memoria'::regnamespace AND proname LIKE 'graph%%'"
+    if server_has_age:
+        assert at_head != at_0001
+        assert scalar(empty_dsn, app_on_graph) is False
+        assert scalar(empty_dsn, functions) == 4
+    else:  # no graph: 0003 does nothing
+        assert at_head == at_0001 and scalar(empty_dsn, functions) == 0
+    migrate.downgrade(empty_dsn, "0002")
+    assert acls(empty_dsn) == at_0001
+    assert scalar(empty_dsn, functions) == 0
+    if server_has_age:
+        assert scalar(empty_dsn, app_on_graph) is True
+    migrate.upgrade(empty_dsn)
+    assert acls(empty_dsn) == at_head
+    migrate.downgrade(empty_dsn, "0001")
+    assert acls(empty_dsn) == at_0001
 
 
 def test_history_lists_the_initial_revision(dsn):
@@ -217,3 +264,13 @@ def test_require_vector_explains_a_missing_extension():
                         age=None, age_available=False, schema_ready=False)
     with pytest.raises(ExtensionMissing, match="pgvector"):
         require_vector(caps)
+
+
+def test_0003_does_nothing_without_the_graph(empty_dsn):
+    migrate.upgrade(empty_dsn, use_age=False)
+    assert migrate.current(empty_dsn) == HEAD
+    assert scalar(empty_dsn, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'memoria'::regnamespace "
+                             "AND proname LIKE 'graph%%'") == 0
+    assert scalar(empty_dsn, "SELECT to_regnamespace('memoria_graph') IS NULL")
+    migrate.downgrade(empty_dsn, "base")
+    assert migrate.current(empty_dsn) is None

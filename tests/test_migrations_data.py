@@ -1,5 +1,6 @@
 """Migrations under data: a populated database goes down to 0001 and back up to head with every row
-and every query answer unchanged, while one MemorySystem keeps serving it."""
+and every query answer unchanged, while one MemorySystem keeps serving it (on a server with AGE, its
+graph worker needs 0003's functions: below 0003 that one worker fails and the rest answers unchanged)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from memoria_pg.config import Config
 from memoria_pg.embedding import HashEmbedder
 from memoria_pg.system import MemorySystem
 
+HEAD = migrate.history("")[-1][0]  # the latest revision
 NEW_INDEXES = ("memories_metadata_gin", "memory_terms_memory", "entity_edges_dst")
 TENANTS = ("acme", "globex", "initech")
 PEOPLE = ("Alice Novak", "Bruno Silva", "Chen Wei", "Dara Okafor", "Emil Larsen", "Farah Haddad")
@@ -109,16 +111,28 @@ def test_down_to_0001_and_up_to_head_keeps_rows_and_answers(populated: MemorySys
     assert snapshot(populated, dsn) == before  # the answers are deterministic to begin with
     assert all(ids for ids, _, _ in before["answers"].values())
     assert [t for t, n in before["counts"].items() if n == 0 and not t.endswith("_default")] == []
-    assert migrate.current(dsn) == "0002"
+    assert migrate.current(dsn) == HEAD
     assert index_partitions(dsn, "memories_metadata_gin") == partition_tree(dsn, "memoria.memories")
 
     migrate.downgrade(dsn, "0001")
     assert migrate.current(dsn) == "0001"
     assert all(not index_partitions(dsn, name) for name in NEW_INDEXES)
-    assert snapshot(populated, dsn) == before  # the same system, mid-migration
+    mid = snapshot(populated, dsn)  # the same system, mid-migration
+    if populated.graph_backend == "age":
+        # The AGE graph worker calls memoria.graph_walk, which 0003 creates: below 0003 it fails (a
+        # failed worker never fails the query) and only the answers it took part in change.
+        assert {k: v for k, v in mid.items() if k != "answers"} == {k: v for k, v in before.items() if k != "answers"}
+        with_graph = {key for key, (_, sources, _) in before["answers"].items() if "graph" in sources}
+        assert with_graph and all("graph" not in sources for _, sources, _ in mid["answers"].values())
+        assert {k: v for k, v in mid["answers"].items() if k not in with_graph} == \
+            {k: v for k, v in before["answers"].items() if k not in with_graph}
+        response = populated.query("Emil Larsen Farah Haddad", tenant="acme", workers=["graph"], ranking=False)
+        assert "graph_walk" in response.diagnostics.worker_errors["graph"]
+    else:
+        assert mid == before
 
     migrate.upgrade(dsn)
-    assert migrate.current(dsn) == "0002"
+    assert migrate.current(dsn) == HEAD
     assert snapshot(populated, dsn) == before
     assert index_partitions(dsn, "memories_metadata_gin") == partition_tree(dsn, "memoria.memories")
     assert index_partitions(dsn, "memory_terms_memory") == partition_tree(dsn, "memoria.memory_terms")
@@ -146,15 +160,19 @@ def test_the_new_indexes_serve_metadata_filters_and_deletes(populated: MemorySys
     assert "entity_edges_dst" in edges, edges
 
 
-def test_db_history_lists_both_revisions():
+def test_db_history_lists_every_revision():
     result = CliRunner().invoke(cli, ["db", "history"], env={"MEMORIA_DSN": None})
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert [line.split("  ")[0] for line in lines] == ["base -> 0001", "0001 -> 0002"]
+    assert [line.split("  ")[0] for line in lines][:3] == ["base -> 0001", "0001 -> 0002", "0002 -> 0003"]
     assert lines[1] == "0001 -> 0002  Indexes for metadata filters, deletes and the attribute worker."
+    assert lines[2].startswith("0002 -> 0003  The AGE graph only through SECURITY DEFINER functions")
 
 
 def test_every_step_up_and_down_works_on_an_empty_schema(empty_dsn: str):
-    for step, expected in (("0001", "0001"), ("head", "0002"), ("base", None), ("0002", "0002")):
-        (migrate.downgrade if step == "base" else migrate.upgrade)(empty_dsn, step)
+    up, down = migrate.upgrade, migrate.downgrade
+    for move, step, expected in ((up, "0001", "0001"), (up, "head", HEAD), (down, "base", None),
+                                 (up, "0002", "0002"), (up, "0003", "0003"), (down, "0002", "0002"),
+                                 (down, "0001", "0001"), (up, "head", HEAD)):
+        move(empty_dsn, step)
         assert migrate.current(empty_dsn) == expected

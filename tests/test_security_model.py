@@ -1,6 +1,6 @@
 """The claims of SECURITY.md that the other security tests do not already check: what the app role
-is and is not allowed, that every checkout runs as it, that the tenant is transaction-local, and the
-documented gap (the AGE label tables have no row-level security)."""
+is and is not allowed, that every checkout runs as it, and that the tenant is transaction-local. The
+AGE graph, closed to the app role, is tests/test_security_graph.py."""
 
 from __future__ import annotations
 
@@ -73,20 +73,3 @@ def test_the_tenant_lasts_one_transaction(config: Config):
         with system.db.connection() as conn:  # the same connection, after the commit
             assert conn.execute("SELECT current_setting('memoria.tenant', true)").fetchone()[0] in ("", None)
             assert conn.execute("SELECT count(*) FROM memoria.memories").fetchone()[0] == 0
-
-
-def test_the_graph_label_tables_have_no_row_level_security(two_tenants: MemorySystem, server_has_age: bool):
-    """The documented gap: a raw-SQL user with the app role reads every tenant's graph vertices.
-    If this starts failing, the gap is closed: update SECURITY.md."""
-    if not server_has_age:
-        pytest.skip("the server has no Apache AGE")
-    with two_tenants.db.transaction("A") as conn:
-        tenants = {r[0] for r in conn.execute(
-            "SELECT ag_catalog.agtype_object_field_text(properties, 'tenant') FROM memoria_graph.\"Entity\"")}
-        secured = conn.execute("SELECT bool_or(relrowsecurity) FROM pg_class "
-                               "WHERE relnamespace = 'memoria_graph'::regnamespace AND relkind = 'r'").fetchone()[0]
-    assert tenants == {"A", "B"} and not secured
-    # The library's own graph statements filter on the tenant property.
-    response = two_tenants.query("Alice Bob", tenant="A", workers=["graph"], ranking=False)
-    assert response.diagnostics.graph_backend == "age"
-    assert {c.tenant for c in response.candidates} == {"A"}
