@@ -83,7 +83,8 @@ def plans(bench: Bench, v4_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             statements = [(load_sql("workers/bm25_tsrank"), {"tsquery": tsquery, "memory_type": s.memory_type,
                                                              "limit": ctx.limit}) for s in ctx.shards]
         else:
-            statements = WORKERS[worker]().statements(ctx)
+            with system.db.transaction(query.tenant) as conn:
+                statements = WORKERS[worker]().statements_for(conn, ctx)
         for text, params in statements:
             with system.db.transaction(query.tenant) as conn:
                 exec_ms, lines = explain(conn, text, params)
@@ -95,7 +96,8 @@ def plans(bench: Bench, v4_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if typed:  # the vector worker on a tenant-filtered partition, custom and generic plan
         i = max(typed, key=lambda i: v4_rows[i]["worker_ms"]["vector"])
         query, _, ctx, _ = bench.context(i)
-        text, params = WORKERS["vector"]().statements(ctx)[0]
+        with system.db.transaction(query.tenant) as conn:
+            text, params = WORKERS["vector"]().statements_for(conn, ctx)[0]
         for what, fn in (("vector (custom plan)", explain), ("vector (generic plan)", explain_generic)):
             with system.db.transaction(query.tenant) as conn:
                 exec_ms, lines = fn(conn, text, params)

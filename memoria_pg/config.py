@@ -59,6 +59,9 @@ class Config:
     bm25_b: float = 0.75
     bm25_postings_per_term: int = 2000  # impact-ordered postings read per query term
     hnsw_ef_search: int = 100
+    # A tenant with at most this many memories in a shard gets an exact vector search there (every
+    # vector compared, read from a covering index); above it, the shard's HNSW index. 0 = always HNSW.
+    vector_exact_max_rows: int = 20_000
 
     enable_v4: bool = True
     enable_sharding: bool = True

@@ -36,7 +36,9 @@ def explain_query(system, response) -> str:
             worker = WORKERS[name]()
             out.append(f"\n== worker {name} ({d.worker_ms.get(name, 0):.1f} ms in the query, "
                        f"{d.worker_hits.get(name, 0)} hits)")
-            for text, params in worker.statements(ctx):
+            with system.db.transaction(query.tenant) as conn:
+                statements = worker.statements_for(conn, ctx)  # e.g. the vector worker's exact or HNSW form
+            for text, params in statements:
                 out.append(text.strip())
                 out.append("-- params: " + json.dumps({k: _shown(v) for k, v in params.items()}, default=str))
                 with system.db.transaction(query.tenant) as conn:

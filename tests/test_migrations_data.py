@@ -15,10 +15,11 @@ from memoria_pg import migrate
 from memoria_pg.cli import cli
 from memoria_pg.config import Config
 from memoria_pg.embedding import HashEmbedder
+from memoria_pg.resources import load_sql
 from memoria_pg.system import MemorySystem
 
 HEAD = migrate.history("")[-1][0]  # the latest revision
-NEW_INDEXES = ("memories_metadata_gin", "memory_terms_memory", "entity_edges_dst")
+NEW_INDEXES = ("memories_metadata_gin", "memory_terms_memory", "entity_edges_dst", "memories_tenant_embedding")
 TENANTS = ("acme", "globex", "initech")
 PEOPLE = ("Alice Novak", "Bruno Silva", "Chen Wei", "Dara Okafor", "Emil Larsen", "Farah Haddad")
 PLACES = ("Lisbon", "Osaka", "Nairobi", "Toronto", "Krakow")
@@ -137,12 +138,14 @@ def test_down_to_0001_and_up_to_head_keeps_rows_and_answers(populated: MemorySys
     assert index_partitions(dsn, "memories_metadata_gin") == partition_tree(dsn, "memoria.memories")
     assert index_partitions(dsn, "memory_terms_memory") == partition_tree(dsn, "memoria.memory_terms")
     assert index_partitions(dsn, "entity_edges_dst") == {"memoria.entity_edges"}
+    assert index_partitions(dsn, "memories_tenant_embedding") == partition_tree(dsn, "memoria.memories")
 
     # Still writable, and a shard added after the upgrade inherits the new indexes.
     assert populated.store("Alice Novak moved to Osaka.", tenant="acme", memory_type="fact") is not None
     assert populated.add_memory_type("recipe")
     assert "memoria.memories_recipe" in index_partitions(dsn, "memories_metadata_gin")
     assert "memoria.memory_terms_recipe" in index_partitions(dsn, "memory_terms_memory")
+    assert "memoria.memories_recipe" in index_partitions(dsn, "memories_tenant_embedding")
 
 
 def plan(dsn: str, query: str, params: tuple) -> str:
@@ -160,6 +163,17 @@ def test_the_new_indexes_serve_metadata_filters_and_deletes(populated: MemorySys
     assert "entity_edges_dst" in edges, edges
 
 
+def test_the_exact_vector_search_reads_the_covering_index_only(populated: MemorySystem, dsn: str):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE memoria.memories")  # index-only scans need the visibility map
+    with populated.db.transaction("acme") as conn:
+        conn.execute("SET LOCAL enable_seqscan = off")  # a few hundred rows: force the choice an index allows
+        rows = conn.execute("EXPLAIN " + load_sql("workers/vector_exact"),
+                            {"embedding": HashEmbedder().embed(["teal"])[0], "memory_type": "fact", "limit": 5})
+        text = "\n".join(r[0] for r in rows)
+    assert "Index Only Scan using memories_fact_tenant_memory_type_id_embedding_idx" in text, text
+
+
 def test_db_history_lists_every_revision():
     result = CliRunner().invoke(cli, ["db", "history"], env={"MEMORIA_DSN": None})
     assert result.exit_code == 0, result.output
@@ -167,6 +181,7 @@ def test_db_history_lists_every_revision():
     assert [line.split("  ")[0] for line in lines][:3] == ["base -> 0001", "0001 -> 0002", "0002 -> 0003"]
     assert lines[1] == "0001 -> 0002  Indexes for metadata filters, deletes and the attribute worker."
     assert lines[2].startswith("0002 -> 0003  The AGE graph only through SECURITY DEFINER functions")
+    assert lines[3] == "0003 -> 0004  A covering b-tree of each shard's vectors by tenant, for exact vector search of small tenants."
 
 
 def test_every_step_up_and_down_works_on_an_empty_schema(empty_dsn: str):

@@ -3,6 +3,7 @@ transaction, checked against what the worker is meant to compute."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections import Counter
@@ -13,6 +14,7 @@ import pytest
 
 from memoria_pg.config import Config
 from memoria_pg.embedding import HashEmbedder
+from memoria_pg.resources import load_sql
 from memoria_pg.shards import ALL
 from memoria_pg.system import MemorySystem
 from memoria_pg.text import tokenize
@@ -86,8 +88,9 @@ def test_vector_reads_only_the_selected_shard(system, vectors):
 
 
 def test_vector_limit_above_ef_search_is_honoured(config):
-    # An HNSW scan stops after ef_search tuples unless iterative scans are on.
-    with MemorySystem(config.replace(hnsw_ef_search=10), embedder=HashEmbedder()) as system:
+    # An HNSW scan stops after ef_search tuples unless iterative scans are on (HNSW forced: 1,500
+    # memories would otherwise be searched exactly).
+    with MemorySystem(config.replace(hnsw_ef_search=10, vector_exact_max_rows=0), embedder=HashEmbedder()) as system:
         vecs = unit_vectors(1500, seed=11)
         system.store_many([{"content": f"bulk {i}", "tenant": "t", "embedding": v} for i, v in enumerate(vecs)],
                           batch_size=1500)
@@ -95,6 +98,29 @@ def test_vector_limit_above_ef_search_is_honoured(config):
             conn.execute("ANALYZE memoria.memories")
         hits = run(system, VectorWorker(), processed("bulk"), embedding=unit_vectors(1, seed=12)[0], limit=60)
     assert len(hits) == 60
+
+
+def test_vector_searches_small_tenants_exactly_and_large_ones_with_hnsw(system, vectors):
+    ctx = WorkerContext(query=processed("point"), embedding=next(iter(vectors.values())),
+                        shards=(ALL, Shard("fact"), Shard("episodic")), limit=10, graph_limit=10, graph_depth=1,
+                        config=system.config.replace(vector_exact_max_rows=5))
+    with system.db.transaction("t") as conn:  # tenant t: 20 general, 5 fact, 0 episodic memories
+        chosen = [text for text, _ in VectorWorker().statements_for(conn, ctx)]
+        never = [text for text, _ in VectorWorker().statements_for(
+            conn, dataclasses.replace(ctx, config=system.config.replace(vector_exact_max_rows=0)))]
+    exact, hnsw = load_sql("workers/vector_exact"), load_sql("workers/vector")
+    assert chosen == [hnsw, exact, exact]
+    assert never == [hnsw, hnsw, hnsw]
+
+
+@pytest.mark.parametrize("shards", [(ALL,), (Shard("general"), Shard("fact"))])
+def test_vector_exact_and_hnsw_searches_agree(system, vectors, shards):
+    ids = list(vectors)
+    query = vectors[ids[3]] + 0.5 * vectors[ids[11]]
+    both = [run(system, VectorWorker(), processed("point"), embedding=query, shards=shards, limit=12,
+                config=system.config.replace(vector_exact_max_rows=limit)) for limit in (10**6, 0)]
+    assert [h.memory_id for h in both[0]] == [h.memory_id for h in both[1]]  # 25 points: HNSW is exact here
+    assert [h.score for h in both[0]] == pytest.approx([h.score for h in both[1]], abs=1e-6)
 
 
 # -- BM25 --------------------------------------------------------------------------------------------

@@ -47,6 +47,10 @@ class Worker:
     def statements(self, ctx: WorkerContext) -> list[tuple[str, dict[str, Any]]]:
         return [(self.sql(ctx), self.params(ctx, shard)) for shard in ctx.shards]
 
+    def statements_for(self, conn: psycopg.Connection, ctx: WorkerContext) -> list[tuple[str, dict[str, Any]]]:
+        """The statements `run` executes in `conn`'s transaction (a worker may look at the data first)."""
+        return self.statements(ctx)
+
     def score(self, row: dict[str, Any]) -> float:
         return float(row["score"])
 
@@ -56,7 +60,7 @@ class Worker:
     def run(self, conn: psycopg.Connection, ctx: WorkerContext) -> list[SourceHit]:
         rows: list[dict[str, Any]] = []
         with conn.cursor(row_factory=dict_row) as cur:
-            for text, params in self.statements(ctx):
+            for text, params in self.statements_for(conn, ctx):
                 rows.extend(cur.execute(text, params).fetchall())
         return self.hits(rows)
 

@@ -2,19 +2,45 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+
+from ..resources import load_sql
 from ..types import Shard
 from .base import Worker, WorkerContext
 
 
 class VectorWorker(Worker):
-    """pgvector HNSW cosine search; `score` is the cosine distance (lower is better)."""
+    """Cosine search; `score` is the cosine distance (lower is better).
+
+    Per shard, exact or approximate by the tenant's size there (its BM25 document count): at most
+    `vector_exact_max_rows` memories are compared one by one (workers/vector_exact: index-only scan of
+    the tenant's vectors, exact order), more go through the shard's HNSW index (workers/vector);
+    `statements(ctx)`, without a transaction to read the sizes in, is the HNSW form.
+    """
 
     name = "vector"
     sql_name = "workers/vector"
+    exact_sql_name = "workers/vector_exact"
     higher_is_better = False
 
     def params(self, ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
         return {"embedding": ctx.embedding, "memory_type": shard.memory_type, "limit": ctx.limit}
 
+    def statements_for(self, conn: psycopg.Connection, ctx: WorkerContext) -> list[tuple[str, dict[str, Any]]]:
+        limit = ctx.config.vector_exact_max_rows
+        rows = tenant_rows(conn) if limit > 0 else {}
+        return [(load_sql(self.exact_sql_name if limit > 0 and shard_rows(rows, shard) <= limit
+                          else self.sql_name), self.params(ctx, shard))
+                for shard in ctx.shards]
+
     def score(self, row: dict[str, Any]) -> float:
         return float(row["distance"])
+
+
+def tenant_rows(conn: psycopg.Connection) -> dict[str, int]:
+    """Memories of the transaction's tenant per memory type."""
+    return {t: int(n) for t, n in conn.execute(load_sql("workers/vector_rows")).fetchall()}
+
+
+def shard_rows(rows: dict[str, int], shard: Shard) -> int:
+    return sum(rows.values()) if shard.memory_type is None else rows.get(shard.memory_type, 0)
