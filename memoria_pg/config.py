@@ -12,6 +12,7 @@ from pathlib import Path
 from .errors import ConfigError
 
 WORKER_NAMES = ("vector", "bm25", "graph", "phrase", "attribute", "fusion")
+FUSION_METHODS = ("score", "rrf")
 DEFAULT_MEMORY_TYPES = ("general", "episodic", "semantic", "procedural", "preference", "fact")
 _IDENT = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
 
@@ -53,6 +54,9 @@ class Config:
     graph_candidate_limit: int = 50
     graph_depth: int = 2
     fusion_semantic_weight: float = 0.5
+    # How the final CTE fuses the sources into the retrieval score: "score" = weighted sum of each
+    # source's min-max normalized scores; "rrf" = weighted reciprocal-rank fusion (rrf_k, rrf_depth).
+    fusion_method: str = "score"
     rrf_k: int = 60
     rrf_depth: int = 20  # ranks past this depth of a source add nothing to the fused retrieval score
     bm25_k1: float = 1.2
@@ -84,6 +88,7 @@ class Config:
     max_content_chars: int = 100_000
     max_query_chars: int = 4_000
     ingest_batch_size: int = 500
+    ingest_writers: int = 2  # connections writing batches concurrently in store_many (1: one at a time)
 
     def __post_init__(self) -> None:
         for name in self.memory_types:
@@ -100,8 +105,10 @@ class Config:
             )
         if not 0.0 <= self.fusion_semantic_weight <= 1.0:
             raise ConfigError("fusion_semantic_weight must be between 0 and 1")
+        if self.fusion_method not in FUSION_METHODS:
+            raise ConfigError(f"fusion_method must be one of {list(FUSION_METHODS)}, got {self.fusion_method!r}")
         for name in ("top_k", "ranking_candidate_limit", "retrieval_deadline_ms", "worker_limit",
-                     "embedding_dim", "pool_max_size", "ingest_batch_size"):
+                     "embedding_dim", "pool_max_size", "ingest_batch_size", "ingest_writers"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
 

@@ -34,11 +34,12 @@ def rerank(model, query: ProcessedQuery, candidates: list[CandidateRecord], top_
         return candidates
     with _lock:  # torch modules are not thread-safe
         scores = model.predict([(query.normalized, c.content) for c in head], show_progress_bar=False)
+    floor = max((c.retrieval_score for c in tail), default=0.0) + 1.0
     for c, score in zip(head, scores):
         score = float(score)
         c.scores["cross_encoder"] = score
         c.base_score = c.final_score = score
-        # Above every non-reranked candidate (their retrieval scores are RRF sums < 1).
-        c.retrieval_score = 1.0 + 1.0 / (1.0 + math.exp(-score))
+        # Above every non-reranked candidate, in the cross-encoder's order.
+        c.retrieval_score = floor + 1.0 / (1.0 + math.exp(-score))
     head.sort(key=lambda c: (-c.final_score, c.memory_id))
     return head + tail

@@ -98,7 +98,7 @@ def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: st
     t0 = time.perf_counter()
     with system.db.transaction(tenant) as conn:
         candidates = build_candidates(conn, hits, cap=cfg.ranking_candidate_limit, rrf_k=cfg.rrf_k,
-                                      depth=cfg.rrf_depth)
+                                      depth=cfg.rrf_depth, method=cfg.fusion_method)
     diag.database_ms = _ms(t0)
     diag.candidate_count = len(candidates)
 
@@ -151,7 +151,7 @@ def _v3(system, query, vector, top_k, ranking, diag, t_start, trace):
         diag.retrieval_ms = _ms(t0)
         t1 = time.perf_counter()
         candidates = build_candidates(conn, {"vector": vector_hits}, cap=cfg.ranking_candidate_limit,
-                                      rrf_k=cfg.rrf_k, depth=cfg.rrf_depth)
+                                      rrf_k=cfg.rrf_k, depth=cfg.rrf_depth, method=cfg.fusion_method)
         diag.database_ms = _ms(t1)
     diag.submitted_sources = ["vector"]
     diag.completed_sources = ["vector"]

@@ -1,23 +1,38 @@
 -- Candidate construction: every completed worker's hits (and relevance-pool ids) arrive as arrays,
--- are merged and deduplicated by memory id, scored by weighted reciprocal-rank fusion over the top
--- %(depth)s of each source, capped at RANKING_CANDIDATE_LIMIT, and only then joined to the rows and
--- embeddings (the expensive part).
+-- are merged and deduplicated by memory id, given one fused retrieval score, capped at
+-- RANKING_CANDIDATE_LIMIT, and only then joined to the rows and embeddings (the expensive part).
+-- Fusion (%(method)s):
+--   'score': sum over sources of weight * the hit's score min-max normalized within its source's
+--            list (best = 1, worst = 0, a list of equal scores = 1); %(lower_better)s lists the
+--            sources whose score is a distance or a hop count. Raw scores of different sources are
+--            not comparable; normalized within each list they are.
+--   'rrf':   sum over sources of weight / (rrf_k + rank) for ranks <= %(depth)s.
 WITH hits AS (
     SELECT h.*
     FROM unnest(%(ids)s::bigint[], %(types)s::text[], %(sources)s::text[], %(ranks)s::int[],
                 %(scores)s::float8[]) AS h(memory_id, memory_type, source, rank, score)
 ), weights AS (
     SELECT * FROM unnest(%(weight_sources)s::text[], %(weight_values)s::float8[]) AS w(source, weight)
-), merged AS (
-    SELECT h.memory_id, h.memory_type,
-           array_agg(h.source ORDER BY h.source) AS sources,
-           jsonb_object_agg(h.source, h.score) AS scores,
-           jsonb_object_agg(h.source, h.rank) AS ranks,
-           sum(CASE WHEN h.rank <= %(depth)s THEN coalesce(w.weight, 0) / (%(rrf_k)s + h.rank) ELSE 0 END)
-               AS retrieval_score,
-           min(h.score) FILTER (WHERE h.source = 'vector') AS distance
+), normalized AS (
+    SELECT h.*, coalesce(w.weight, 0) AS weight,
+           CASE WHEN max(h.score) OVER s = min(h.score) OVER s THEN 1.0
+                WHEN h.source = ANY(%(lower_better)s::text[])
+                    THEN (max(h.score) OVER s - h.score) / (max(h.score) OVER s - min(h.score) OVER s)
+                ELSE (h.score - min(h.score) OVER s) / (max(h.score) OVER s - min(h.score) OVER s)
+           END AS norm
     FROM hits h LEFT JOIN weights w USING (source)
-    GROUP BY h.memory_id, h.memory_type
+    WINDOW s AS (PARTITION BY h.source)
+), merged AS (
+    SELECT n.memory_id, n.memory_type,
+           array_agg(n.source ORDER BY n.source) AS sources,
+           jsonb_object_agg(n.source, n.score) AS scores,
+           jsonb_object_agg(n.source, n.rank) AS ranks,
+           sum(CASE WHEN %(method)s::text = 'rrf'
+                    THEN CASE WHEN n.rank <= %(depth)s THEN n.weight / (%(rrf_k)s + n.rank) ELSE 0 END
+                    ELSE n.weight * n.norm END) AS retrieval_score,
+           min(n.score) FILTER (WHERE n.source = 'vector') AS distance
+    FROM normalized n
+    GROUP BY n.memory_id, n.memory_type
 ), capped AS (
     SELECT * FROM merged
     ORDER BY retrieval_score DESC, distance ASC NULLS LAST, memory_id

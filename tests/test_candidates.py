@@ -7,7 +7,7 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from memoria_pg.candidates import SOURCE_WEIGHTS, build_candidates, filter_by_type
+from memoria_pg.candidates import RRF_WEIGHTS, SCORE_WEIGHTS, build_candidates, filter_by_type
 from memoria_pg.config import Config
 from memoria_pg.embedding import HashEmbedder
 from memoria_pg.system import MemorySystem
@@ -19,9 +19,10 @@ def hit(memory_id: int, source: str, rank: int, score: float, **detail) -> Sourc
                      detail=detail)
 
 
-def candidates(system: MemorySystem, hits: dict[str, list[SourceHit]], *, tenant: str = "t", cap: int = 200):
+def candidates(system: MemorySystem, hits: dict[str, list[SourceHit]], *, tenant: str = "t", cap: int = 200,
+               method: str = "score"):
     with system.db.transaction(tenant) as conn:
-        return build_candidates(conn, hits, cap=cap, rrf_k=60)
+        return build_candidates(conn, hits, cap=cap, rrf_k=60, method=method)
 
 
 @pytest.fixture
@@ -50,10 +51,50 @@ def test_memory_found_by_three_sources_appears_once_with_each_score(system, five
     assert first.scores["bm25"] == pytest.approx(5.0)
     assert first.scores["graph_hops"] == 1.0
     assert first.scores["vector_rank"] == first.scores["bm25_rank"] == first.scores["graph_rank"] == 1.0
-    weights = SOURCE_WEIGHTS["vector"] + SOURCE_WEIGHTS["bm25"] + SOURCE_WEIGHTS["graph"]
-    assert first.retrieval_score == pytest.approx(weights / 61)
+    # best of each list: every normalized score is 1
+    assert first.retrieval_score == pytest.approx(SCORE_WEIGHTS["vector"] + SCORE_WEIGHTS["bm25"] + SCORE_WEIGHTS["graph"])
     assert first.content == "memory 0" and first.tenant == "t"
     np.testing.assert_array_equal(first.embedding, vecs[0])
+
+
+def test_score_fusion_normalizes_each_source_within_its_list(system, five):
+    (a, b, c, d, e), _ = five
+    found = candidates(system, {
+        "vector": [hit(a, "vector", 1, 0.1), hit(b, "vector", 2, 0.3), hit(c, "vector", 3, 0.5)],  # distances
+        "bm25": [hit(d, "bm25", 1, 9.0), hit(c, "bm25", 2, 5.0), hit(e, "bm25", 3, 1.0)],
+        "attribute": [hit(e, "attribute", 1, 0.2), hit(b, "attribute", 2, 0.6)],  # distances
+    })
+    score = {x.memory_id: x.retrieval_score for x in found}
+    wv, wb, wa = SCORE_WEIGHTS["vector"], SCORE_WEIGHTS["bm25"], SCORE_WEIGHTS["attribute"]
+    assert score[a] == pytest.approx(wv * 1.0)
+    assert score[b] == pytest.approx(wv * 0.5 + wa * 0.0)
+    assert score[c] == pytest.approx(wv * 0.0 + wb * 0.5)
+    assert score[d] == pytest.approx(wb * 1.0)
+    assert score[e] == pytest.approx(wb * 0.0 + wa * 1.0)
+    # ties: the smaller vector distance first, candidates without one after
+    assert [x.memory_id for x in found] == [a, d, e, b, c]
+
+
+def test_a_list_of_equal_scores_counts_fully(system, five):
+    (a, b, *_), _ = five
+    found = candidates(system, {"bm25": [hit(a, "bm25", 1, 2.0), hit(b, "bm25", 2, 2.0)]})
+    assert [x.retrieval_score for x in found] == pytest.approx([SCORE_WEIGHTS["bm25"]] * 2)
+
+
+def test_rrf_method_fuses_by_rank(system, five):
+    (a, b, c, *_), _ = five
+    hits = {"vector": [hit(a, "vector", 1, 0.1), hit(b, "vector", 2, 0.3)],
+            "bm25": [hit(a, "bm25", 1, 5.0), hit(c, "bm25", 2, 2.0)]}
+    found = candidates(system, hits, method="rrf")
+    assert [x.memory_id for x in found] == [a, b, c]
+    assert found[0].retrieval_score == pytest.approx((RRF_WEIGHTS["vector"] + RRF_WEIGHTS["bm25"]) / 61)
+    assert found[1].retrieval_score == pytest.approx(RRF_WEIGHTS["vector"] / 62)
+
+
+def test_an_unknown_fusion_method_is_refused(system, five):
+    (a, *_), _ = five
+    with pytest.raises(ValueError, match="fusion method must be one of"):
+        candidates(system, {"vector": [hit(a, "vector", 1, 0.1)]}, method="borda")
 
 
 def test_base_score_is_inverse_distance(system, five):

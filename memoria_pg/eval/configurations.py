@@ -31,6 +31,8 @@ SQL_CONFIGURATIONS: tuple[Configuration, ...] = (
     Configuration("vector", "V4, vector worker only, retrieval-only", workers=("vector",)),
     Configuration("bm25", "V4, BM25 worker only, retrieval-only", workers=("bm25",)),
     Configuration("v4", "V4 retrieval-only: the route's workers, ranking off"),
+    Configuration("v4_rrf", "V4 retrieval-only with reciprocal-rank fusion instead of score fusion",
+                  overrides={"fusion_method": "rrf"}),
     Configuration("v4_ranking", "V4 with the ranking pipeline", ranking=True),
     Configuration("v4_cross_encoder", "V4 retrieval-only with the cross-encoder (--cross-encoder)",
                   overrides={"enable_cross_encoder": True}),

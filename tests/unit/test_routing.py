@@ -149,3 +149,12 @@ def test_presets():
 def test_preset_workers_feed_router():
     route = Router(workers_to_use=PRESETS["hybrid"].workers).route(query("episodic"))
     assert submitted_workers(route, query(entities=["A"]), **ALL_ON) == ["vector", "bm25", "fusion"]
+
+
+def test_the_fusion_method_is_checked_and_read_from_the_environment():
+    from memoria_pg.config import Config
+
+    with pytest.raises(ConfigError, match="fusion_method must be one of"):
+        Config(fusion_method="borda")
+    assert Config.from_env({"MEMORIA_FUSION_METHOD": "rrf"}).fusion_method == "rrf"
+    assert Config().fusion_method == "score"
