@@ -24,6 +24,8 @@ argument names a tenant. EXECUTE is revoked from PUBLIC and granted to memoria_a
 The functions run as memoria_graph_owner, a NOLOGIN NOBYPASSRLS role created here, not as the user that
 runs the migration (often a superuser): it may read and write the four label tables and read the four
 plain tables it mirrors, nothing else, and row-level security still applies to it on the plain tables.
+Creating the role needs CREATEROLE, as 0001 does for memoria_app; an operator without it creates the role
+beforehand (NOLOGIN NOBYPASSRLS) and grants it to the user that runs the migrations.
 Definer hygiene: search_path is pinned to pg_catalog, pg_temp and every name is schema-qualified; no
 temporary table (a caller could pre-create one with a trigger that would run as the definer); no dynamic
 SQL; values are plpgsql variables, intermediate sets are arrays. Every probe into a large table is
