@@ -74,15 +74,20 @@ def record(q: corpus.Query, response) -> dict[str, Any]:
             "answered": answered(response, q)}
 
 
-def latency_passes(bench: Bench) -> dict[str, list[dict[str, Any]]]:
-    """V4 retrieval-only, V3 retrieval-only and V4 with ranking, interleaved per query."""
-    modes = {"v4": dict(v4=True, ranking=False), "v3": dict(v4=False, ranking=False),
-             "v4_ranked": dict(v4=True, ranking=True)}
+def latency_passes(bench: Bench, hnsw: Bench | None = None) -> dict[str, list[dict[str, Any]]]:
+    """V4 retrieval-only, V3 retrieval-only and V4 with ranking, interleaved per query; with `hnsw`
+    (a Bench on a system configured with vector_exact_max_rows=0), also V4 retrieval-only with the
+    vector worker on HNSW for every tenant: the vector search before the exact path existed."""
+    modes = {"v4": (bench, dict(v4=True, ranking=False)), "v3": (bench, dict(v4=False, ranking=False)),
+             "v4_ranked": (bench, dict(v4=True, ranking=True))}
+    if hnsw is not None:
+        modes["v4_hnsw"] = (hnsw, dict(v4=True, ranking=False))
     out: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for i, q in enumerate(bench.queries):
         order = list(modes) if i % 2 == 0 else list(reversed(modes))
         for mode in order:
-            out[mode].append(record(q, bench.query(i, **modes[mode])))
+            runner, kw = modes[mode]
+            out[mode].append(record(q, runner.query(i, **kw)))
     return out
 
 

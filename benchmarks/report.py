@@ -98,17 +98,27 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
             "tsrank_ms": summary([r["tsrank_ms"] for r in rows]),
             "median_ratio": median([r["tsrank_ms"] / r["bm25_ms"] for r in rows]),
         }
+    if "v4_hnsw" in results["passes"]:  # the same queries, vector worker on HNSW for every tenant
+        a, b = results["passes"]["v4"], results["passes"]["v4_hnsw"]
+        vec = [(x["worker_ms"]["vector"], y["worker_ms"]["vector"]) for x, y in zip(a, b, strict=True)
+               if "vector" in x["worker_ms"] and "vector" in y["worker_ms"]]
+        s["exact_vs_hnsw"] = {
+            "total_median_ratio": median([y["total_ms"] / x["total_ms"] for x, y in zip(a, b, strict=True)]),
+            "vector_ms": summary([x for x, _ in vec]), "hnsw_vector_ms": summary([y for _, y in vec]),
+            "vector_median_ratio": median([y / x for x, y in vec]),
+        }
     model = results.get("model") or {}
     if "rows" in model:
         s["model"] = {m: {"total_ms": summary([r["total_ms"] for r in rows]),
                           "embedding_ms": summary([r["embedding_ms"] for r in rows])}
                       for m, rows in model["rows"].items()}
     ing = results["ingest"]
-    rss = {round(x["fraction"], 1): x["rss_mb"] for x in ing["rss"]}
-    growth = rss.get(1.0, 0) - rss.get(0.1, 0)
-    s["ingest_memory"] = {"rss_10_mb": rss.get(0.1), "rss_50_mb": rss.get(0.5), "rss_100_mb": rss.get(1.0),
-                          "growth_mb": growth, "bytes_per_memory": growth * 2**20 / max(1, 0.9 * ing["records"]),
-                          "flat": rss.get(0.1) is not None and growth <= FLAT_TOLERANCE * rss[0.1]}
+    if "skipped" not in ing:
+        rss = {round(x["fraction"], 1): x["rss_mb"] for x in ing["rss"]}
+        growth = rss.get(1.0, 0) - rss.get(0.1, 0)
+        s["ingest_memory"] = {"rss_10_mb": rss.get(0.1), "rss_50_mb": rss.get(0.5), "rss_100_mb": rss.get(1.0),
+                              "growth_mb": growth, "bytes_per_memory": growth * 2**20 / max(1, 0.9 * ing["records"]),
+                              "flat": rss.get(0.1) is not None and growth <= FLAT_TOLERANCE * rss[0.1]}
 
     v4 = s["passes"]["v4"]
     bm25 = (v4["workers"].get("bm25") or {}).get("p95")
@@ -123,6 +133,10 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
         target("BM25 worker p95 (in the query, common-word queries)", (v4["bm25_common"] or {}).get("p95"), 10, "ms"),
         target("BM25 statement p95 (isolated, common-word queries)",
                (s["bm25_vs_tsrank"]["common"]["bm25_ms"] or {}).get("p95"), 10, "ms"),
+    ]
+    if "skipped" in ing:
+        return s
+    s["targets"] += [
         target("Ingestion, vectors supplied (library time only)", ing["library_rate"], 2000, "memories/s", at_least=True),
         target("Ingestion, vectors supplied (wall, incl. corpus generation)", ing["rate"], 2000, "memories/s",
                at_least=True),
@@ -184,6 +198,14 @@ def markdown(results: dict[str, Any]) -> str:
                 for t in s["targets"]])
 
     L += ["## Ingestion (MemorySystem.store_many, indexes in place)", ""]
+    if "skipped" in ing:
+        L += [f"Not measured in this run: {ing['skipped']}.", ""]
+    L += _ingestion(s, ing) if "skipped" not in ing else []
+    return _rest(results, L)
+
+
+def _ingestion(s: dict[str, Any], ing: dict[str, Any]) -> list[str]:
+    L: list[str] = []
     L += table(["memories", "inserted", "duplicates", "wall s", "memories/s (wall)", "library s",
                 "memories/s (library)", "generate s", "prepare s (Python)", "write s (COPY+SQL)", "VACUUM ANALYZE s"],
                [[ing["records"], ing["inserted"], ing["duplicates"], ing["elapsed_s"], ing["rate"], ing["library_s"],
@@ -208,6 +230,11 @@ def markdown(results: dict[str, Any]) -> str:
                 "bytes/memory"],
                [[ing["rss_start_mb"], m["rss_10_mb"], m["rss_50_mb"], m["rss_100_mb"], ing["peak_rss_mb"],
                  m["growth_mb"], m["bytes_per_memory"]]])
+    return L
+
+
+def _rest(results: dict[str, Any], L: list[str]) -> str:
+    s, env, cor = results["summary"], results["environment"], results["corpus"]
     c = cor["counts"]
     L += ["Corpus: " + ", ".join(f"{k} {v:,}" for k, v in c.items()) +
           f"; per type {cor['by_type']}; memories per tenant {cor['tenants']['min']:,}..{cor['tenants']['max']:,}; "
@@ -221,6 +248,10 @@ def markdown(results: dict[str, Any]) -> str:
         rows.append(pct_row(f"{label}: total_ms (DB part end to end)", t["total_ms"]))
         rows.append(pct_row(f"{label}: retrieval_ms (workers)", t["retrieval_ms"]))
         rows.append(pct_row(f"{label}: database_ms (final CTE)", t["database_ms"]))
+    if "v4_hnsw" in s["passes"]:
+        t = s["passes"]["v4_hnsw"]["timings"]
+        rows.append(pct_row("V4 retrieval-only, vector on HNSW only (vector_exact_max_rows=0): total_ms", t["total_ms"]))
+        rows.append(pct_row("V4 retrieval-only, vector on HNSW only: retrieval_ms (workers)", t["retrieval_ms"]))
     rows.append(pct_row("V4 retrieval-only: query processing (Python + entity lookup)",
                         s["passes"]["v4"]["timings"]["processing_ms"]))
     rows.append(pct_row("V4 with ranking: ranking_ms", s["passes"]["v4_ranked"]["timings"]["ranking_ms"]))
@@ -257,7 +288,7 @@ def markdown(results: dict[str, Any]) -> str:
     L += ["## Side by side (medians, same run, same queries)", ""]
     p4, p3 = s["passes"]["v4"]["timings"], s["passes"]["v3"]["timings"]
     cc, bt = s["concurrency"], s["bm25_vs_tsrank"]
-    L += table(["comparison", "A median ms", "B median ms", "B / A", "A p95", "B p95"], [
+    side = [
         ["V4 retrieval-only (A) vs V3 (B), total_ms", p4["total_ms"]["p50"], p3["total_ms"]["p50"],
          ratio(p3["total_ms"]["p50"], p4["total_ms"]["p50"]), p4["total_ms"]["p95"], p3["total_ms"]["p95"]],
         ["workers concurrent, Scheduler.run (A) vs sequential, run_sequential (B)", cc["concurrent_ms"]["p50"],
@@ -270,7 +301,23 @@ def markdown(results: dict[str, Any]) -> str:
          (bt["common"]["tsrank_ms"] or {}).get("p50"),
          ratio((bt["common"]["tsrank_ms"] or {}).get("p50"), (bt["common"]["bm25_ms"] or {}).get("p50")),
          (bt["common"]["bm25_ms"] or {}).get("p95"), (bt["common"]["tsrank_ms"] or {}).get("p95")],
-    ])
+    ]
+    ev = s.get("exact_vs_hnsw")
+    if ev:
+        ph = s["passes"]["v4_hnsw"]
+        side += [
+            ["V4 retrieval-only (A) vs the same with the vector worker on HNSW only (B), total_ms",
+             p4["total_ms"]["p50"], ph["timings"]["total_ms"]["p50"],
+             ratio(ph["timings"]["total_ms"]["p50"], p4["total_ms"]["p50"]), p4["total_ms"]["p95"],
+             ph["timings"]["total_ms"]["p95"]],
+            ["vector worker in those queries: exact below vector_exact_max_rows (A) vs HNSW only (B)",
+             ev["vector_ms"]["p50"], ev["hnsw_vector_ms"]["p50"],
+             ratio(ev["hnsw_vector_ms"]["p50"], ev["vector_ms"]["p50"]), ev["vector_ms"]["p95"],
+             ev["hnsw_vector_ms"]["p95"]]]
+    L += table(["comparison", "A median ms", "B median ms", "B / A", "A p95", "B p95"], side)
+    if ev:
+        L += [f"Median per-query ratio, HNSW only / as configured: total_ms {f(ev['total_median_ratio'], 2)}, "
+              f"vector worker {f(ev['vector_median_ratio'], 2)}.", ""]
     L += [f"Scheduler overhead: `Scheduler.run` with the same number of no-op tasks (median "
           f"{f(cc['workers_per_query'], 0)} per query: pool checkout, BEGIN, two set_config calls, COMMIT) takes "
           f"p50 {f(cc['noop_concurrent_ms']['p50'])} ms, p95 {f(cc['noop_concurrent_ms']['p95'])} ms.", ""]

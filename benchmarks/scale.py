@@ -96,6 +96,9 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--data-dir", default="results/tmp/embedded-pg", help="embedded server data directory")
     p.add_argument("--db-name", default=None, help="database to (re)create (default memoria_scale_<n>)")
     p.add_argument("--drop", action="store_true", help="drop the database at the end (default: keep it)")
+    p.add_argument("--reuse", action="store_true",
+                   help="query an existing database of this name (built by an earlier run) instead of creating "
+                        "and ingesting a fresh one: no ingestion figures; migrated to head first")
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--tenants", type=int, default=10)
     p.add_argument("--seed", type=int, default=7)
@@ -114,8 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out) / f"{stamp}-n{args.n}"
     admin = admin_dsn(args)
     name = args.db_name or f"memoria_scale_{args.n}"
-    log(f"creating database {name}")
-    dsn = fresh_database(admin, name)
+    if args.reuse:
+        log(f"reusing database {name}")
+        dsn = with_db(admin, name)
+        migrate.upgrade(dsn, memory_types=DEFAULT_MEMORY_TYPES, use_age=False)
+    else:
+        log(f"creating database {name}")
+        dsn = fresh_database(admin, name)
     config = Config.from_env(dsn=dsn, use_age=False, pool_min_size=12, pool_max_size=48)
     results: dict[str, Any] = {"args": vars(args), "started": stamp, "database": name,
                                "environment": environment(admin, dsn)}
@@ -125,21 +133,29 @@ def main(argv: list[str] | None = None) -> int:
     load = LoadMonitor()
     with MemorySystem(config, auto_migrate=False) as system, psycopg.connect(dsn, autocommit=True) as admin_conn:
         meter = CpuMeter(admin_conn)
-        with load.phase(f"ingest {args.n} memories"):
-            before = meter.snapshot()
-            results["ingest"] = ingestion.ingest(system, args, world)
-            results["ingest"]["cpu"] = meter.since(before)
-        if not args.no_vacuum:
-            with load.phase("VACUUM ANALYZE"):
-                results["ingest"]["vacuum_analyze_s"] = ingestion.vacuum_analyze(dsn)
+        if args.reuse:
+            results["ingest"] = {"skipped": f"--reuse: the existing database {name} was queried"}
+        else:
+            with load.phase(f"ingest {args.n} memories"):
+                before = meter.snapshot()
+                results["ingest"] = ingestion.ingest(system, args, world)
+                results["ingest"]["cpu"] = meter.since(before)
+            if not args.no_vacuum:
+                with load.phase("VACUUM ANALYZE"):
+                    results["ingest"]["vacuum_analyze_s"] = ingestion.vacuum_analyze(dsn)
         results["corpus"] = ingestion.corpus_stats(dsn)
         bench = phases.Bench(system, queries)
+        # The same queries with the vector worker on HNSW for every tenant (vector_exact_max_rows=0).
+        hnsw_system = MemorySystem(config.replace(vector_exact_max_rows=0), auto_migrate=False)
+        hnsw = phases.Bench(hnsw_system, queries)
         with load.phase("warm-up"):
             for i in range(len(queries)):
                 bench.query(i)
                 bench.query(i, v4=False)
-        with load.phase("latency passes (V4, V3, V4 with ranking)"):
-            passes = phases.latency_passes(bench)
+                hnsw.query(i)
+        with load.phase("latency passes (V4, V3, V4 with ranking, V4 HNSW only)"):
+            passes = phases.latency_passes(bench, hnsw)
+        hnsw_system.close()
         with load.phase("CPU per query"):
             results["cpu"] = phases.cpu_cost(bench, meter)
         with load.phase("concurrent vs sequential workers"):
