@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import datetime as dt
 import json
 import math
@@ -212,14 +214,66 @@ class Ingestor:
         return _Prepared(record, tenant, memory_type, key, dict(terms), doc_len,
                          _dedupe_names(entities), attributes)
 
-    def store_batch(self, batch: Sequence[MemoryRecord | Mapping[str, Any]],
-                    wheres: Sequence[str] | None = None) -> StoreResult:
-        """Validate, embed and write one batch in one transaction; an invalid record writes nothing."""
+    def prepare_batch(self, batch: Sequence[MemoryRecord | Mapping[str, Any]],
+                      wheres: Sequence[str] | None = None) -> list[_Prepared]:
+        """Validate and embed one batch (no database access); InputError names the bad record."""
         now = dt.datetime.now(dt.timezone.utc)
         wheres = wheres or [f"record {i + 1}" for i in range(len(batch))]
         prepared = [self.prepare(raw, where, now) for raw, where in zip(batch, wheres)]
         self._embed_missing(prepared)
-        return self._write(prepared)
+        return prepared
+
+    def store_batch(self, batch: Sequence[MemoryRecord | Mapping[str, Any]],
+                    wheres: Sequence[str] | None = None) -> StoreResult:
+        """Validate, embed and write one batch in one transaction; an invalid record writes nothing."""
+        return self._write(self.prepare_batch(batch, wheres))
+
+    def store_batches(self, batches: Iterable[tuple[Sequence[MemoryRecord | Mapping[str, Any]], Sequence[str]]],
+                      *, writers: int = 1, progress: Callable[[int], None] | None = None) -> StoreResult:
+        """Write a stream of (batch, wheres) pairs, each batch in its own transaction.
+
+        Batches are prepared (validated, tokenized, embedded) in this thread while up to `writers`
+        earlier batches are written, each on its own pooled connection: at most `writers` prepared
+        batches wait in memory, whatever the stream's length. Results and `progress` follow the
+        stream's order. On an error (a bad record, a failed write) no further batch is started, the
+        batches already being written finish (each commits or rolls back whole) and the first error
+        in stream order is raised; with writers > 1 a batch after a failed one may have committed.
+        """
+        writers = max(1, int(writers))
+        total = StoreResult()
+        pending: collections.deque[tuple[concurrent.futures.Future[StoreResult], int]] = collections.deque()
+
+        def collect(future: concurrent.futures.Future[StoreResult], size: int) -> None:
+            result = future.result()
+            total.inserted += result.inserted
+            total.duplicates += result.duplicates
+            total.copy_rows += result.copy_rows
+            total.ids.extend(result.ids)
+            if progress:
+                progress(size)
+
+        with concurrent.futures.ThreadPoolExecutor(writers, thread_name_prefix="memoria-ingest") as pool:
+            try:
+                for batch, wheres in batches:
+                    prepared = self.prepare_batch(batch, wheres)
+                    while len(pending) >= writers:
+                        collect(*pending.popleft())
+                    pending.append((pool.submit(self._write, prepared), len(batch)))
+                while pending:
+                    collect(*pending.popleft())
+            except BaseException:
+                # Let the batches in flight end; an earlier batch's failure is the error to report.
+                while pending:
+                    future, size = pending.popleft()
+                    try:
+                        collect(future, size)
+                    except BaseException as earlier:
+                        for later, _ in pending:
+                            concurrent.futures.wait([later])
+                        pending.clear()
+                        raise earlier from None
+                raise
+        return total
 
     def _embed_missing(self, prepared: list[_Prepared]) -> None:
         missing = [p for p in prepared if p.record.embedding is None]
@@ -246,32 +300,44 @@ class Ingestor:
                 continue
             seen.add(key)
             by_tenant.setdefault(p.tenant, []).append(i)
+        # Tenants in one order for every batch, and within a tenant each statement takes its row locks
+        # in key order; so two writers whose batches share tenants (store_many's parallel writers, or
+        # two processes) always lock in the same global order and never deadlock.
+        tenants = sorted(by_tenant)
         with self.db.connection() as conn, conn.transaction():
-            # Tenants in one order for every batch: the statistics and entity rows each tenant's
-            # statements lock are then always taken in the same order, so concurrent writers of
-            # batches that share tenants never deadlock.
-            for tenant, rows in sorted(by_tenant.items()):
+            conn.execute(load_sql("ingest/stage"))
+            # DELETE, not TRUNCATE: truncating a temp table swaps its files and takes an exclusive
+            # lock each time.
+            for table in ("stage_memories", "stage_terms", "stage_entities", "stage_attributes"):
+                conn.execute(f"DELETE FROM {table}")
+            # One COPY per table for the whole batch; every statement below reads its tenant's rows.
+            result.copy_rows += self._copy(conn, prepared, [i for t in tenants for i in by_tenant[t]])
+            # 1. Rows only this batch writes: memories (and their index entries: the bulk of the work),
+            #    postings, attributes. They lock nothing another batch needs, except the dedup key of
+            #    a memory both batches insert (the second waits for the first to finish).
+            for tenant in tenants:
                 set_tenant(conn, tenant)
-                conn.execute(load_sql("ingest/stage"))
-                # DELETE, not TRUNCATE: truncating a temp table swaps its files and takes an exclusive
-                # lock each time (measured: most of the per-tenant overhead of a batch).
-                for table in ("stage_memories", "stage_terms", "stage_entities", "stage_attributes"):
-                    conn.execute(f"DELETE FROM {table}")
-                result.copy_rows += self._copy(conn, prepared, rows)
                 conn.execute(load_sql("ingest/insert_memories"))
                 conn.execute(load_sql("ingest/insert_terms"), {"k1": self.k1, "b": self.b})
+                conn.execute(load_sql("ingest/insert_attributes"))
+            # 2. Shared rows every batch of a tenant updates (shard statistics, document frequencies,
+            #    entities and edges, the graph mirror), last: they stay locked only from here to COMMIT,
+            #    so a concurrent writer's step 1 is never blocked by them.
+            for tenant in tenants:
+                set_tenant(conn, tenant)
+                conn.execute(load_sql("ingest/update_docs"))
                 conn.execute(load_sql("ingest/update_df"))
                 conn.execute(load_sql("ingest/insert_entities"))
-                conn.execute(load_sql("ingest/insert_attributes"))
-                ids = dict(conn.execute("SELECT row_no, memory_id FROM stage_memories").fetchall())
                 if self.graph_writer is not None:
                     self.graph_writer(conn, tenant)
-                for row in rows:
-                    result.ids[row] = ids.get(row)
-                    if ids.get(row) is None:
-                        result.duplicates += 1
-                    else:
-                        result.inserted += 1
+            ids = dict(conn.execute("SELECT row_no, memory_id FROM stage_memories").fetchall())
+        for rows in by_tenant.values():
+            for row in rows:
+                result.ids[row] = ids.get(row)
+                if ids.get(row) is None:
+                    result.duplicates += 1
+                else:
+                    result.inserted += 1
         return result
 
     def _copy(self, conn: psycopg.Connection, prepared: list[_Prepared], rows: list[int]) -> int:

@@ -143,21 +143,25 @@ class MemorySystem:
 
     def store_many(self, records: Iterable[MemoryRecord | Mapping[str, Any]], *,
                    batch_size: int | None = None, progress: Callable[[int], None] | None = None,
-                   wheres: Iterable[str] | None = None) -> StoreResult:
-        """Store records in batches; each batch is all-or-nothing. Embeds records without vectors."""
-        total = StoreResult()
+                   wheres: Iterable[str] | None = None, writers: int | None = None) -> StoreResult:
+        """Store records in batches; each batch is all-or-nothing. Embeds records without vectors.
+
+        The next batch is validated and embedded while earlier ones are written by up to
+        `writers` (default `config.ingest_writers`) pooled connections; see Ingestor.store_batches.
+        """
         where_iter = iter(wheres) if wheres is not None else None
-        for batch in batched(records, batch_size or self.config.ingest_batch_size):
-            batch_wheres = [next(where_iter) for _ in batch] if where_iter is not None else \
-                [f"record {len(total.ids) + i + 1}" for i in range(len(batch))]
-            result = self.ingestor.store_batch(batch, batch_wheres)
-            total.inserted += result.inserted
-            total.duplicates += result.duplicates
-            total.copy_rows += result.copy_rows
-            total.ids.extend(result.ids)
-            if progress:
-                progress(len(batch))
-        return total
+        size = batch_size or self.config.ingest_batch_size
+
+        def batches():
+            done = 0
+            for batch in batched(records, size):
+                batch_wheres = [next(where_iter) for _ in batch] if where_iter is not None else \
+                    [f"record {done + i + 1}" for i in range(len(batch))]
+                done += len(batch)
+                yield batch, batch_wheres
+
+        return self.ingestor.store_batches(batches(), writers=writers or self.config.ingest_writers,
+                                           progress=progress)
 
     def add_memory_type(self, name: str) -> bool:
         created = migrate.add_memory_type(self.dsn, name)

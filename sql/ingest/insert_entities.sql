@@ -3,7 +3,7 @@
 WITH mentions AS (
     SELECT DISTINCT s.memory_id, s.memory_type, e.name, e.norm_name
     FROM stage_entities e JOIN stage_memories s USING (row_no)
-    WHERE s.memory_id IS NOT NULL
+    WHERE s.tenant = current_setting('memoria.tenant') AND s.memory_id IS NOT NULL
 ), upserted AS (
     INSERT INTO memoria.entities AS en (tenant, name, norm_name)
     SELECT DISTINCT ON (norm_name) current_setting('memoria.tenant'), name, norm_name

@@ -1,5 +1,6 @@
 -- Insert the staged memories of the current tenant; duplicates (same tenant, type and dedup key)
--- are skipped, and each new row's id is written back to the stage.
+-- are skipped, and each new row's id is written back to the stage. Rows go in key order: two
+-- writers whose batches share keys then wait for each other in one order and never deadlock.
 WITH inserted AS (
     INSERT INTO memoria.memories AS m
         (tenant, memory_type, external_id, dedup_key, content, metadata, importance, pinned,
@@ -7,11 +8,13 @@ WITH inserted AS (
     SELECT tenant, memory_type, external_id, dedup_key, content, metadata, importance, pinned,
            created_at, embedding, doc_len
     FROM stage_memories
-    ORDER BY row_no
+    WHERE tenant = current_setting('memoria.tenant')
+    ORDER BY memory_type, dedup_key
     ON CONFLICT (tenant, memory_type, dedup_key) DO NOTHING
     RETURNING m.id, m.memory_type, m.dedup_key
 )
 UPDATE stage_memories s
 SET memory_id = i.id
 FROM inserted i
-WHERE s.memory_type = i.memory_type AND s.dedup_key = i.dedup_key
+WHERE s.tenant = current_setting('memoria.tenant')
+  AND s.memory_type = i.memory_type AND s.dedup_key = i.dedup_key
