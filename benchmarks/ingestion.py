@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from typing import Any
 
@@ -18,6 +19,12 @@ import corpus
 from timing import log, peak_rss_mb, rss_mb
 
 RSS_MARKS = (0.1, 0.5, 1.0)
+_LOCK = threading.Lock()  # store_many's writer threads add to the same accumulators
+
+
+def _add(acc: dict[str, float], key: str, seconds: float) -> None:
+    with _LOCK:
+        acc[key] = acc.get(key, 0.0) + seconds
 DIM = 384
 
 
@@ -27,7 +34,7 @@ def timed_calls(fn, acc: dict[str, float], key: str):
         try:
             return fn(*a, **kw)
         finally:
-            acc[key] = acc.get(key, 0.0) + time.perf_counter() - t0
+            _add(acc, key, time.perf_counter() - t0)
     return wrapper
 
 
@@ -38,13 +45,25 @@ def timed_iter(items, acc: dict[str, float], key: str):
         try:
             item = next(it)
         except StopIteration:
-            acc[key] = acc.get(key, 0.0) + time.perf_counter() - t0
+            _add(acc, key, time.perf_counter() - t0)
             return
-        acc[key] = acc.get(key, 0.0) + time.perf_counter() - t0
+        _add(acc, key, time.perf_counter() - t0)
         yield item
 
 
-INGEST_SQL = ("stage", "insert_memories", "insert_terms", "update_df", "insert_entities", "insert_attributes")
+INGEST_SQL = ("stage", "insert_memories", "insert_terms", "update_docs", "update_df", "insert_entities",
+              "insert_attributes")
+
+
+def _ingest_statements() -> dict[str, str]:
+    """Statement text -> name, for the files this library version has (older ones lack some)."""
+    names = {}
+    for n in INGEST_SQL:
+        try:
+            names[load_sql(f"ingest/{n}")] = n
+        except FileNotFoundError:
+            pass
+    return names
 
 
 class _TimedConnection:
@@ -52,7 +71,7 @@ class _TimedConnection:
 
     def __init__(self, conn, spent: dict[str, float]) -> None:
         self._conn, self._spent = conn, spent
-        self._names = {load_sql(f"ingest/{n}"): n for n in INGEST_SQL}
+        self._names = _ingest_statements()
 
     def execute(self, query, params=None, **kw):
         name = self._names.get(query) if isinstance(query, str) else None
@@ -62,7 +81,7 @@ class _TimedConnection:
         try:
             return self._conn.execute(query, params, **kw)
         finally:
-            self._spent[f"sql_{name}_s"] = self._spent.get(f"sql_{name}_s", 0.0) + time.perf_counter() - t0
+            _add(self._spent, f"sql_{name}_s", time.perf_counter() - t0)
 
     def transaction(self, *a, **kw):
         return _TimedTransaction(self._conn.transaction(*a, **kw), self._spent)
@@ -83,7 +102,7 @@ class _TimedTransaction:
         try:
             return self._inner.__exit__(*exc)
         finally:
-            self._spent["sql_commit_s"] = self._spent.get("sql_commit_s", 0.0) + time.perf_counter() - t0
+            _add(self._spent, "sql_commit_s", time.perf_counter() - t0)
 
 
 class _TimedDatabase:
