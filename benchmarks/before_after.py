@@ -1,0 +1,140 @@
+"""Before/after, side by side in one run: a git revision of the library (A, "before") and the working
+tree (B, "after"), each in its own process with its own MemorySystem, on the same database, alternating
+per query (A then B, then B then A), the scale benchmark's queries with their vectors supplied.
+
+    python benchmarks/before_after.py --rev 4d9e953 --db memoria_scale_100000 [--queries 200] [--rounds 2]
+
+The database must exist (built by `scale.py`) and be migrated to the working tree's head; the old code
+runs against that schema. Writes results/scale/<timestamp>-<db>-before-after.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+MODES = {"v4": "V4 retrieval-only", "v3": "V3", "ranked": "V4 with ranking"}
+WORKERS = ("vector", "bm25", "graph", "phrase", "attribute")
+
+
+def serve(dsn: str, n: int) -> None:
+    """The child: answers `<query index> <mode>` lines with the query's diagnostics as JSON lines."""
+    import corpus
+    import phases
+
+    from memoria_pg.config import Config
+    from memoria_pg.system import MemorySystem
+
+    config = Config.from_env(dsn=dsn, use_age=False, pool_min_size=12, pool_max_size=48)
+    queries = corpus.queries(n, seed=7, n_tenants=10, world=corpus.universe(7, 10))
+    with MemorySystem(config, auto_migrate=False) as system:
+        bench = phases.Bench(system, queries)
+        print(json.dumps({"ready": True}), flush=True)
+        for line in sys.stdin:
+            i, mode = line.split()
+            c0 = time.process_time()
+            d = bench.query(int(i), v4=mode != "v3", ranking=mode == "ranked").diagnostics
+            print(json.dumps({"total_ms": d.total_ms, "retrieval_ms": d.retrieval_ms, "database_ms": d.database_ms,
+                              "worker_ms": d.worker_ms, "client_cpu_ms": (time.process_time() - c0) * 1000}),
+                  flush=True)
+
+
+def child(root: Path, dsn: str, n: int) -> subprocess.Popen:
+    # The child imports the library and the benchmark modules of `root`, and this file's serve().
+    code = (f"import sys; sys.path[:0] = [{str(root)!r}, {str(root / 'benchmarks')!r}]; "
+            f"sys.path.append({str(Path(__file__).parent)!r}); "
+            f"import before_after; before_after.serve({dsn!r}, {n})")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            cwd=root)
+    assert json.loads(proc.stdout.readline())["ready"]
+    return proc
+
+
+def ask(proc: subprocess.Popen, i: int, mode: str) -> dict[str, Any]:
+    proc.stdin.write(f"{i} {mode}\n")
+    proc.stdin.flush()
+    return json.loads(proc.stdout.readline())
+
+
+def p95(values: list[float]) -> float:
+    return sorted(values)[min(len(values) - 1, int(len(values) * 0.95))]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rev", required=True, help="the 'before' git revision")
+    p.add_argument("--db", required=True, help="database name on the server of --dsn")
+    p.add_argument("--dsn", default=os.environ.get("MEMORIA_BENCH_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"))
+    p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--out", default="results/scale")
+    args = p.parse_args()
+    import psycopg
+
+    params = psycopg.conninfo.conninfo_to_dict(args.dsn)
+    params["dbname"] = args.db
+    dsn = psycopg.conninfo.make_conninfo(**params)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "archive", args.rev], capture_output=True, check=True, cwd=REPO).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        sides = {"before": child(Path(tmp), dsn, args.queries), "after": child(REPO, dsn, args.queries)}
+        res: dict[str, dict[str, list[dict[str, Any]]]] = {m: {s: [] for s in sides} for m in MODES}
+        loads = []
+        for mode in MODES:  # warm-up: every statement prepared, every page cached, on both sides
+            for i in range(args.queries):
+                for proc in sides.values():
+                    ask(proc, i, mode)
+        for _ in range(args.rounds):
+            for mode in MODES:
+                for i in range(args.queries):
+                    for side in (("before", "after") if i % 2 == 0 else ("after", "before")):
+                        res[mode][side].append(ask(sides[side], i, mode))
+                loads.append(os.getloadavg()[0])
+        for proc in sides.values():
+            proc.stdin.close()
+            proc.wait()
+
+    lines = [f"# Before/after side by side: `{args.rev}` vs the working tree (HEAD {head}) on `{args.db}`", "",
+             f"Each side is its own process and MemorySystem on the same database, alternating per query "
+             f"(before then after, then after then before), {args.queries} queries x {args.rounds} rounds per "
+             f"mode, embedding supplied (HashEmbedder vectors). 1-minute load average during the passes "
+             f"{min(loads):.1f}..{max(loads):.1f} on {os.cpu_count()} CPUs. client_cpu_ms = CPU of the client "
+             f"process per query (all its threads).", "",
+             "| mode | measure | before p50 | after p50 | before / after (p50) | median per-query ratio | "
+             "before p95 | after p95 |", "|---|---|---|---|---|---|---|---|"]
+    for mode, label in MODES.items():
+        b, a = res[mode]["before"], res[mode]["after"]
+        measures = [(k, [r[k] for r in b], [r[k] for r in a], True)
+                    for k in ("total_ms", "retrieval_ms", "database_ms", "client_cpu_ms")]
+        if mode == "v4":
+            measures += [(f"worker {w}", [r["worker_ms"][w] for r in b if w in r["worker_ms"]],
+                          [r["worker_ms"][w] for r in a if w in r["worker_ms"]], False) for w in WORKERS]
+        for name, vb, va, paired in measures:
+            if not vb or not va:
+                continue
+            per_query = f"{statistics.median([x / y for x, y in zip(vb, va, strict=True) if y]):.2f}" if paired else "-"
+            lines.append(f"| {label} | {name} | {statistics.median(vb):.1f} | {statistics.median(va):.1f} | "
+                         f"{statistics.median(vb) / statistics.median(va):.2f} | {per_query} | {p95(vb):.1f} | "
+                         f"{p95(va):.1f} |")
+    text = "\n".join(lines) + "\n"
+    stem = Path(args.out) / f"{time.strftime('%Y%m%dT%H%M%S')}-{args.db}-before-after"
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".md").write_text(text)
+    stem.with_suffix(".json").write_text(json.dumps({"args": vars(args), "head": head, "loads": loads,
+                                                     "results": res}))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
