@@ -139,7 +139,8 @@ class MemorySystem:
     # -- ingestion -------------------------------------------------------------------------------
     def store(self, content: str, **fields: Any) -> int | None:
         """Store one memory; returns its id, or None when it was already stored (same content/external id)."""
-        return self.store_many([MemoryRecord(content=content, **fields)]).ids[0]
+        # One record: written in this thread (store_many would start writer threads for it).
+        return self.ingestor.store_batch([MemoryRecord(content=content, **fields)]).ids[0]
 
     def store_many(self, records: Iterable[MemoryRecord | Mapping[str, Any]], *,
                    batch_size: int | None = None, progress: Callable[[int], None] | None = None,

@@ -1,0 +1,152 @@
+"""store_many with concurrent writers (Ingestor.store_batches) and migration 0005's index changes.
+
+The writers must leave exactly what one writer leaves: the same memories, postings, statistics,
+entities, edges and attributes; results in input order; an error stops the stream after the batches
+already in flight, and every batch is still all-or-nothing.
+"""
+
+from __future__ import annotations
+
+import random
+
+import psycopg
+import pytest
+
+from memoria_pg import migrate
+from memoria_pg.embedding import HashEmbedder
+from memoria_pg.errors import InputError
+from memoria_pg.system import MemorySystem
+
+WORDS = "apple banana cherry damson elder fig grape hazel iris juniper kiwi lemon mango".split()
+PEOPLE = ["Alice Novak", "Bob Stone", "Carol Diaz", "Dan Wu", "Eve Moss"]
+
+
+def records(n: int, seed: int = 5) -> list[dict]:
+    """Tenants, types and entities shared across batches; every 7th record repeats an earlier one
+    (a duplicate that may sit in a batch still being written by the other writer)."""
+    r = random.Random(seed)
+    out: list[dict] = []
+    for i in range(n):
+        if i % 7 == 6:
+            out.append(dict(out[r.randrange(len(out))]))
+            continue
+        a, b = r.sample(PEOPLE, 2)
+        out.append({"content": f"{a} and {b} talked about {' '.join(r.sample(WORDS, 3))} ({i}). "
+                               f"{a}'s favourite colour is {r.choice(['teal', 'red', 'blue'])}.",
+                    "tenant": r.choice("xyz"), "memory_type": r.choice(["general", "fact", "episodic"])})
+    return out
+
+
+def state(dsn: str) -> dict[str, object]:
+    """Everything ingestion derives, keyed by content rather than ids (ids differ between runs)."""
+    with psycopg.connect(dsn) as conn:
+        q = lambda sql: sorted(conn.execute(sql).fetchall())  # noqa: E731
+        return {
+            "memories": q("SELECT tenant, memory_type, content, doc_len FROM memoria.memories"),
+            "postings": q("SELECT t.tenant, m.content, t.term, t.tf, t.doc_len FROM memoria.memory_terms t "
+                          "JOIN memoria.memories m ON m.id = t.memory_id"),
+            "docs": q("SELECT tenant, memory_type, n_docs, sum_len FROM memoria.bm25_docs"),
+            "df": q("SELECT tenant, memory_type, term, df FROM memoria.bm25_terms"),
+            "entities": q("SELECT tenant, norm_name FROM memoria.entities"),
+            "mentions": q("SELECT m.content, e.norm_name FROM memoria.memory_entities me "
+                          "JOIN memoria.memories m ON m.id = me.memory_id JOIN memoria.entities e ON e.id = me.entity_id"),
+            "edges": q("SELECT ed.tenant, a.norm_name, b.norm_name, ed.weight FROM memoria.entity_edges ed "
+                       "JOIN memoria.entities a ON a.id = ed.src_id JOIN memoria.entities b ON b.id = ed.dst_id"),
+            "attributes": q("SELECT a.tenant, m.content, a.subject, a.attribute, a.value FROM memoria.memory_attributes a "
+                            "JOIN memoria.memories m ON m.id = a.memory_id"),
+        }
+
+
+def test_two_writers_leave_what_one_writer_leaves(config, admin_dsn, template_dsn):
+    from tests.conftest import TEMPLATE, create_database, drop_database
+
+    data = records(300)
+    results, states = {}, {}
+    for writers in (1, 2):
+        name, dsn = create_database(admin_dsn, TEMPLATE)
+        try:
+            with MemorySystem(config.replace(dsn=dsn), embedder=HashEmbedder()) as system:
+                results[writers] = system.store_many(data, batch_size=16, writers=writers)
+            states[writers] = state(dsn)
+        finally:
+            drop_database(admin_dsn, name)
+    one, two = results[1], results[2]
+    assert (two.inserted, two.duplicates, two.copy_rows) == (one.inserted, one.duplicates, one.copy_rows)
+    assert [i is None for i in two.ids] == [i is None for i in one.ids]  # per record, in input order
+    assert one.duplicates == sum(1 for i in range(300) if i % 7 == 6)
+    assert states[2] == states[1]
+
+
+def test_ids_follow_the_input_order_and_progress_counts_every_batch(system, dsn):
+    seen: list[int] = []
+    data = [{"content": f"note number {i}", "tenant": "t"} for i in range(50)]
+    result = system.store_many(data, batch_size=8, writers=2, progress=seen.append)
+    assert seen == [8] * 6 + [2]
+    with psycopg.connect(dsn) as conn:
+        by_content = dict(conn.execute("SELECT content, id FROM memoria.memories").fetchall())
+    assert result.ids == [by_content[r["content"]] for r in data]
+
+
+def test_a_bad_record_stops_the_stream_after_the_batches_in_flight(system, dsn):
+    data = [{"content": f"entry {i}", "tenant": "t"} for i in range(40)]
+    data[25] = {"content": "late", "importance": "high"}  # batch 4 (records 25..32)
+    with pytest.raises(InputError, match="record 26"):
+        system.store_many(data, batch_size=8, writers=2)
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM memoria.memories").fetchone()[0] == 24  # batches 1-3 whole
+        assert conn.execute("SELECT sum(n_docs) FROM memoria.bm25_docs").fetchone()[0] == 24
+
+
+def test_a_failed_write_is_raised_and_its_batch_written_not_at_all(system, dsn):
+    writer = system.ingestor.graph_writer
+    calls = []
+
+    def fail_once(conn, tenant):
+        calls.append(tenant)
+        if len(calls) == 2:  # the second batch's
+            raise RuntimeError("graph mirror unavailable")
+        if writer is not None:
+            writer(conn, tenant)
+
+    system.ingestor.graph_writer = fail_once
+    data = [{"content": f"entry {i}", "tenant": "t"} for i in range(40)]
+    with pytest.raises(RuntimeError, match="graph mirror unavailable"):
+        system.store_many(data, batch_size=8, writers=2)
+    system.ingestor.graph_writer = writer
+    with psycopg.connect(dsn) as conn:
+        contents = {r[0] for r in conn.execute("SELECT content FROM memoria.memories")}
+        docs = conn.execute("SELECT coalesce(sum(n_docs), 0) FROM memoria.bm25_docs").fetchone()[0]
+    assert {f"entry {i}" for i in range(8)} <= contents  # the first batch committed
+    assert not contents & {f"entry {i}" for i in range(8, 16)}  # the failed one wrote nothing
+    assert docs == len(contents) and len(contents) % 8 == 0
+    # Re-running stores what is missing and nothing twice.
+    again = system.store_many(data, batch_size=8, writers=2)
+    assert again.inserted == 40 - len(contents) and again.duplicates == len(contents)
+
+
+def hnsw_options(dsn: str) -> set[str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT c.reloptions::text FROM pg_class c JOIN pg_am a ON a.oid = c.relam "
+                            "WHERE a.amname = 'hnsw' AND c.relnamespace = 'memoria'::regnamespace").fetchall()
+    return {r[0] for r in rows}
+
+
+def tsv_gin_count(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pg_index x JOIN pg_attribute a ON a.attrelid = x.indrelid "
+                            "AND a.attnum = ANY (x.indkey) JOIN pg_class c ON c.oid = x.indrelid "
+                            "WHERE c.relnamespace = 'memoria'::regnamespace AND a.attname = 'tsv'").fetchone()[0]
+
+
+def test_0005_rebuilds_hnsw_with_m_8_and_drops_the_tsv_gin_and_its_downgrade_restores_them(empty_dsn):
+    migrate.upgrade(empty_dsn, "0004")
+    assert hnsw_options(empty_dsn) == {"{m=16,ef_construction=64}"}
+    assert tsv_gin_count(empty_dsn) > 0
+    migrate.upgrade(empty_dsn, "0005")
+    assert hnsw_options(empty_dsn) == {"{m=8,ef_construction=64}"}
+    assert tsv_gin_count(empty_dsn) == 0
+    assert migrate.add_memory_type(empty_dsn, "recipe")  # a new shard follows the parent
+    assert hnsw_options(empty_dsn) == {"{m=8,ef_construction=64}"}
+    migrate.downgrade(empty_dsn, "0004")
+    assert hnsw_options(empty_dsn) == {"{m=16,ef_construction=64}"}
+    assert tsv_gin_count(empty_dsn) > 0
