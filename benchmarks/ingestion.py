@@ -160,6 +160,7 @@ def ingest(system: MemorySystem, args, world: corpus.Universe) -> dict[str, Any]
     return {
         "records": args.n, "inserted": result.inserted, "duplicates": result.duplicates,
         "copy_rows": result.copy_rows, "batch_size": args.batch_size or system.config.ingest_batch_size,
+        "writers": getattr(system.config, "ingest_writers", 1),
         "elapsed_s": elapsed, "rate": args.n / elapsed, "library_s": library_s, "library_rate": args.n / library_s,
         "generate_s": spent.get("generate_s", 0.0), "prepare_s": spent.get("prepare_s", 0.0),
         "write_s": spent.get("write_s", 0.0),

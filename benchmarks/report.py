@@ -221,8 +221,10 @@ def _ingestion(s: dict[str, Any], ing: dict[str, Any]) -> list[str]:
         server = icpu.get("server_s")
         per = (icpu["client_s"] + (server or 0.0)) / max(1, ing["records"])
         L += [f"CPU during ingestion: this process {icpu['client_s']:.1f} s, PostgreSQL backends "
-              f"{f(server)} s, i.e. {per * 1000:.2f} ms per memory: a single-connection ingest on an idle machine "
-              f"tops out near {1 / per:,.0f} memories/s." if per else "", ""]
+              f"{f(server)} s, i.e. {per * 1000:.2f} ms per memory: on an idle machine ingestion tops out near "
+              f"{1 / per:,.0f} memories/s per busy core ({ing.get('writers') or 1} writer connection(s) here; "
+              f"{(env.get('cpus') or 1) / per:,.0f}/s if all {env.get('cpus') or 1} cores were kept busy)."
+              if per else "", ""]
     L += ["Rate per tenth of the stream (memories/s): " +
           ", ".join(f"{d['fraction']:.0%}: {d['rate']:,.0f}" for d in ing["deciles"]), ""]
     m = s["ingest_memory"]
