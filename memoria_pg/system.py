@@ -161,8 +161,9 @@ class MemorySystem:
                 done += len(batch)
                 yield batch, batch_wheres
 
-        return self.ingestor.store_batches(batches(), writers=writers or self.config.ingest_writers,
-                                           progress=progress)
+        # Never more writers than pooled connections: a writer waiting for one could time out.
+        writers = min(writers or self.config.ingest_writers, self.config.pool_max_size)
+        return self.ingestor.store_batches(batches(), writers=writers, progress=progress)
 
     def add_memory_type(self, name: str) -> bool:
         created = migrate.add_memory_type(self.dsn, name)

@@ -150,3 +150,10 @@ def test_0005_rebuilds_hnsw_with_m_8_and_drops_the_tsv_gin_and_its_downgrade_res
     migrate.downgrade(empty_dsn, "0004")
     assert hnsw_options(empty_dsn) == {"{m=16,ef_construction=64}"}
     assert tsv_gin_count(empty_dsn) > 0
+
+
+def test_writers_never_outnumber_the_pooled_connections(config, dsn):
+    cfg = config.replace(pool_min_size=1, pool_max_size=1, pool_timeout=0.2, ingest_writers=2)
+    with MemorySystem(cfg, embedder=HashEmbedder()) as system:
+        result = system.store_many([{"content": f"pooled note {i}", "tenant": "t"} for i in range(60)], batch_size=6)
+    assert result.inserted == 60
