@@ -29,6 +29,8 @@ SQL_CONFIGURATIONS: tuple[Configuration, ...] = (
     Configuration("v3", "V3 path: vector search, then ranking as configured (query(v4=False))",
                   v4=False, ranking=None),
     Configuration("vector", "V4, vector worker only, retrieval-only", workers=("vector",)),
+    Configuration("vector_hnsw", "V4, vector worker only, HNSW forced (vector_exact_max_rows=0): the HNSW "
+                  "recall check", workers=("vector",), overrides={"vector_exact_max_rows": 0}),
     Configuration("bm25", "V4, BM25 worker only, retrieval-only", workers=("bm25",)),
     Configuration("v4", "V4 retrieval-only: the route's workers, ranking off"),
     Configuration("v4_rrf", "V4 retrieval-only with reciprocal-rank fusion instead of score fusion",
