@@ -102,15 +102,20 @@ def test_vector_limit_above_ef_search_is_honoured(config):
 
 def test_vector_searches_small_tenants_exactly_and_large_ones_with_hnsw(system, vectors):
     ctx = WorkerContext(query=processed("point"), embedding=next(iter(vectors.values())),
-                        shards=(ALL, Shard("fact"), Shard("episodic")), limit=10, graph_limit=10, graph_depth=1,
-                        config=system.config.replace(vector_exact_max_rows=5))
-    with system.db.transaction("t") as conn:  # tenant t: 20 general, 5 fact, 0 episodic memories
-        chosen = [text for text, _ in VectorWorker().statements_for(conn, ctx)]
-        never = [text for text, _ in VectorWorker().statements_for(
-            conn, dataclasses.replace(ctx, config=system.config.replace(vector_exact_max_rows=0)))]
+                        shards=(ALL, Shard("fact"), Shard("general"), Shard("episodic")), limit=10, graph_limit=10,
+                        graph_depth=1, config=system.config)
+
+    def chosen(per_type: int) -> list[str]:
+        with system.db.transaction("t") as conn:  # tenant t: 20 general, 5 fact, 0 episodic memories
+            return [text for text, _ in VectorWorker().statements_for(
+                conn, dataclasses.replace(ctx, config=system.config.replace(vector_exact_max_rows=per_type)))]
+
     exact, hnsw = load_sql("workers/vector_exact"), load_sql("workers/vector")
-    assert chosen == [hnsw, exact, exact]
-    assert never == [hnsw, hnsw, hnsw]
+    # The whole table holds 25 memories of the tenant in 2 types: exact up to 2 x the per-type budget.
+    assert chosen(13) == [exact, exact, hnsw, exact]
+    assert chosen(12) == [hnsw, exact, hnsw, exact]
+    assert chosen(20) == [exact, exact, exact, exact]
+    assert chosen(0) == [hnsw, hnsw, hnsw, hnsw]
 
 
 @pytest.mark.parametrize("shards", [(ALL,), (Shard("general"), Shard("fact"))])

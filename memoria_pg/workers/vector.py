@@ -12,10 +12,13 @@ from .base import Worker, WorkerContext
 class VectorWorker(Worker):
     """Cosine search; `score` is the cosine distance (lower is better).
 
-    Per shard, exact or approximate by the tenant's size there (its BM25 document count): at most
-    `vector_exact_max_rows` memories are compared one by one (workers/vector_exact: index-only scan of
-    the tenant's vectors, exact order), more go through the shard's HNSW index (workers/vector);
-    `statements(ctx)`, without a transaction to read the sizes in, is the HNSW form.
+    Per shard, exact or approximate by the tenant's size there (its BM25 document counts): up to
+    `vector_exact_max_rows` memories per memory type the statement reads (one type for a typed shard,
+    every type of the tenant for the whole table) are compared one by one (workers/vector_exact:
+    index-only scan of the tenant's vectors, exact order); more go through the HNSW indexes
+    (workers/vector). The exact cost grows with the rows, the HNSW cost with the partitions probed
+    (one graph search each), hence the per-type budget. `statements(ctx)`, without a transaction to
+    read the sizes in, is the HNSW form.
     """
 
     name = "vector"
@@ -29,8 +32,8 @@ class VectorWorker(Worker):
     def statements_for(self, conn: psycopg.Connection, ctx: WorkerContext) -> list[tuple[str, dict[str, Any]]]:
         limit = ctx.config.vector_exact_max_rows
         rows = tenant_rows(conn) if limit > 0 else {}
-        return [(load_sql(self.exact_sql_name if limit > 0 and shard_rows(rows, shard) <= limit
-                          else self.sql_name), self.params(ctx, shard))
+        return [(load_sql(self.exact_sql_name if limit > 0 and exact(rows, shard, limit) else self.sql_name),
+                 self.params(ctx, shard))
                 for shard in ctx.shards]
 
     def score(self, row: dict[str, Any]) -> float:
@@ -42,5 +45,8 @@ def tenant_rows(conn: psycopg.Connection) -> dict[str, int]:
     return {t: int(n) for t, n in conn.execute(load_sql("workers/vector_rows")).fetchall()}
 
 
-def shard_rows(rows: dict[str, int], shard: Shard) -> int:
-    return sum(rows.values()) if shard.memory_type is None else rows.get(shard.memory_type, 0)
+def exact(rows: dict[str, int], shard: Shard, per_type: int) -> bool:
+    """Whether the shard's memories of the tenant are few enough for an exact search."""
+    if shard.memory_type is not None:
+        return rows.get(shard.memory_type, 0) <= per_type
+    return sum(rows.values()) <= per_type * max(1, len(rows))
