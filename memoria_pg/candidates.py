@@ -18,8 +18,9 @@ from .types import CandidateRecord, SourceHit
 # (LoCoMo, SciFact, HotpotQA, LongMemEval): as voters they cost 0.004-0.04 of recall/nDCG, because
 # speaker names and titles make the graph fire on nearly every query with a list ordered by hops.
 #
-# "score" (the default): each source's scores min-max normalized within its list, vector and BM25
-# weighted equally. Score fusion keeps how far ahead a source's best hits are, which rank fusion
+# "score" (the default): each source's scores min-max normalized within its list (the floor one step
+# below the last hit, so the last of n hits keeps 1/n: a memory second of two by vector and first by
+# BM25 beats the vector's first alone), vector and BM25 weighted equally. Score fusion keeps how far ahead a source's best hits are, which rank fusion
 # throws away; measured on the dev sets (in process, mirrored by the eval), against RRF over the
 # top 20: LoCoMo recall@10 0.733 vs 0.722, SciFact nDCG@10 0.725 vs 0.704, HotpotQA 0.832 vs 0.817,
 # LongMemEval recall_any@5 0.865 vs 0.811; stable for worker lists of 30 to 100 hits.

@@ -3,7 +3,9 @@
 -- RANKING_CANDIDATE_LIMIT, and only then joined to the rows and embeddings (the expensive part).
 -- Fusion (%(method)s):
 --   'score': sum over sources of weight * the hit's score min-max normalized within its source's
---            list (best = 1, worst = 0, a list of equal scores = 1); %(lower_better)s lists the
+--            list of n hits, with the floor one step (range / (n - 1)) below the list's last hit:
+--            best = 1, last = 1/n, a hit the source did not return = 0, a list of equal scores = 1
+--            (so the last of two hits is worth half, not nothing). %(lower_better)s lists the
 --            sources whose score is a distance or a hop count. Raw scores of different sources are
 --            not comparable; normalized within each list they are.
 --   'rrf':   sum over sources of weight / (rrf_k + rank) for ranks <= %(depth)s.
@@ -17,8 +19,10 @@ WITH hits AS (
     SELECT h.*, coalesce(w.weight, 0) AS weight,
            CASE WHEN max(h.score) OVER s = min(h.score) OVER s THEN 1.0
                 WHEN h.source = ANY(%(lower_better)s::text[])
-                    THEN (max(h.score) OVER s - h.score) / (max(h.score) OVER s - min(h.score) OVER s)
-                ELSE (h.score - min(h.score) OVER s) / (max(h.score) OVER s - min(h.score) OVER s)
+                    THEN (max(h.score) OVER s - h.score + (max(h.score) OVER s - min(h.score) OVER s) / (count(*) OVER s - 1))
+                         / ((max(h.score) OVER s - min(h.score) OVER s) * count(*) OVER s / (count(*) OVER s - 1))
+                ELSE (h.score - min(h.score) OVER s + (max(h.score) OVER s - min(h.score) OVER s) / (count(*) OVER s - 1))
+                     / ((max(h.score) OVER s - min(h.score) OVER s) * count(*) OVER s / (count(*) OVER s - 1))
            END AS norm
     FROM hits h LEFT JOIN weights w USING (source)
     WINDOW s AS (PARTITION BY h.source)

@@ -61,18 +61,28 @@ def test_score_fusion_normalizes_each_source_within_its_list(system, five):
     (a, b, c, d, e), _ = five
     found = candidates(system, {
         "vector": [hit(a, "vector", 1, 0.1), hit(b, "vector", 2, 0.3), hit(c, "vector", 3, 0.5)],  # distances
-        "bm25": [hit(d, "bm25", 1, 9.0), hit(c, "bm25", 2, 5.0), hit(e, "bm25", 3, 1.0)],
+        "bm25": [hit(d, "bm25", 1, 9.0), hit(c, "bm25", 2, 6.0), hit(e, "bm25", 3, 1.0)],
         "attribute": [hit(e, "attribute", 1, 0.2), hit(b, "attribute", 2, 0.6)],  # distances
     })
     score = {x.memory_id: x.retrieval_score for x in found}
     wv, wb, wa = SCORE_WEIGHTS["vector"], SCORE_WEIGHTS["bm25"], SCORE_WEIGHTS["attribute"]
+    # min-max with the floor one step below the last hit: a list of n puts its last hit at 1/n
     assert score[a] == pytest.approx(wv * 1.0)
-    assert score[b] == pytest.approx(wv * 0.5 + wa * 0.0)
-    assert score[c] == pytest.approx(wv * 0.0 + wb * 0.5)
+    assert score[b] == pytest.approx(wv * (0.7 - 0.3) / 0.6 + wa * 0.5)
+    assert score[c] == pytest.approx(wv * (0.7 - 0.5) / 0.6 + wb * (6.0 + 3.0) / 12.0)
     assert score[d] == pytest.approx(wb * 1.0)
-    assert score[e] == pytest.approx(wb * 0.0 + wa * 1.0)
-    # ties: the smaller vector distance first, candidates without one after
-    assert [x.memory_id for x in found] == [a, d, e, b, c]
+    assert score[e] == pytest.approx(wb * (1.0 + 3.0) / 12.0 + wa * 1.0)
+    # a tie (a, d): the smaller vector distance first, candidates without one after
+    assert [x.memory_id for x in found] == [c, a, d, b, e]
+
+
+def test_the_last_of_two_hits_still_counts(system, five):
+    """A memory second of two by vector and first by BM25 beats the vector's first alone."""
+    (a, b, *_), _ = five
+    found = candidates(system, {"vector": [hit(a, "vector", 1, 0.2), hit(b, "vector", 2, 0.9)],
+                                "bm25": [hit(b, "bm25", 1, 2.0)]})
+    assert [x.memory_id for x in found] == [b, a]
+    assert found[0].retrieval_score == pytest.approx(SCORE_WEIGHTS["vector"] * 0.5 + SCORE_WEIGHTS["bm25"])
 
 
 def test_a_list_of_equal_scores_counts_fully(system, five):
