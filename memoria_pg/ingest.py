@@ -344,13 +344,13 @@ class Ingestor:
         count = 0
         with conn.cursor() as cur:
             with cur.copy("COPY stage_memories (row_no, tenant, memory_type, external_id, dedup_key, "
-                          "content, metadata, importance, pinned, created_at, embedding, doc_len) "
+                          "content, context, metadata, importance, pinned, created_at, embedding, doc_len) "
                           "FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(["int4", "text", "text", "text", "text", "text", "jsonb", "float4",
+                copy.set_types(["int4", "text", "text", "text", "text", "text", "text", "jsonb", "float4",
                                 "bool", "timestamptz", "vector", "int4"])
                 for i in rows:
                     p, r = prepared[i], prepared[i].record
-                    copy.write_row((i, p.tenant, p.memory_type, r.external_id, p.dedup_key, r.content,
+                    copy.write_row((i, p.tenant, p.memory_type, r.external_id, p.dedup_key, r.content, r.context,
                                     psycopg.types.json.Jsonb(r.metadata), r.importance, bool(r.pinned),
                                     r.created_at, r.embedding, p.doc_len))
                     count += 1

@@ -211,8 +211,9 @@ def test_a_context_is_indexed_with_the_content_weighted_higher(system, dsn):
     doc_len = 2 * len(own) + len(context)
     assert postings["support"] == (2, doc_len) and postings["family"] == (1, doc_len)
     assert rows(dsn, "SELECT sum_len FROM memoria.bm25_docs WHERE tenant = 't'") == [(doc_len,)]
-    (content,) = rows(dsn, "SELECT content FROM memoria.memories WHERE id = %s", (memory_id,))[0]
-    assert content == "They are a real support."  # the context is indexed, not part of the content
+    # the context is indexed and kept beside the content, not part of it
+    assert rows(dsn, "SELECT content, context FROM memoria.memories WHERE id = %s", (memory_id,)) == \
+        [("They are a real support.", "How is your family doing?")]
 
 
 def test_a_memory_is_found_by_its_context_and_its_own_words_rank_first(system):
@@ -248,6 +249,7 @@ def test_a_bad_context_fails_the_batch_with_a_clear_error(system, dsn, context, 
 
 def test_a_blank_context_is_no_context(system, dsn):
     memory_id = system.store("cherry durian", tenant="t", context="   ")
+    assert rows(dsn, "SELECT context FROM memoria.memories WHERE id = %s", (memory_id,)) == [(None,)]
     assert rows(dsn, "SELECT term, tf, doc_len FROM memoria.memory_terms WHERE memory_id = %s ORDER BY term",
                 (memory_id,)) == [("cherry", 1, 2), ("durian", 1, 2)]
 

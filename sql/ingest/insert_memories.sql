@@ -3,9 +3,9 @@
 -- writers whose batches share keys then wait for each other in one order and never deadlock.
 WITH inserted AS (
     INSERT INTO memoria.memories AS m
-        (tenant, memory_type, external_id, dedup_key, content, metadata, importance, pinned,
+        (tenant, memory_type, external_id, dedup_key, content, context, metadata, importance, pinned,
          created_at, embedding, doc_len)
-    SELECT tenant, memory_type, external_id, dedup_key, content, metadata, importance, pinned,
+    SELECT tenant, memory_type, external_id, dedup_key, content, context, metadata, importance, pinned,
            created_at, embedding, doc_len
     FROM stage_memories
     WHERE tenant = current_setting('memoria.tenant')

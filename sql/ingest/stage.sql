@@ -6,6 +6,7 @@ CREATE TEMP TABLE IF NOT EXISTS stage_memories (
     external_id text,
     dedup_key text NOT NULL,
     content text NOT NULL,
+    context text,
     metadata jsonb NOT NULL,
     importance real NOT NULL,
     pinned boolean NOT NULL,
