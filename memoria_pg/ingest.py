@@ -15,7 +15,7 @@ import numpy as np
 import psycopg
 
 from .db import Database, set_tenant
-from .errors import InputError
+from .errors import InputError, SchemaError
 from .resources import load_sql
 from .embedding import embed_memories
 from .text import content_hash, indexed_term_counts, normalize
@@ -290,6 +290,14 @@ class Ingestor:
             p.record.embedding = vector
 
     def _write(self, prepared: list[_Prepared]) -> StoreResult:
+        try:
+            return self._write_batch(prepared)
+        except (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable) as exc:
+            # A schema older than this library (e.g. no memories.context before 0006); nothing was written.
+            raise SchemaError(f"the database schema is older than this library ({exc.diag.message_primary}): "
+                              "run `memoria-pg db upgrade`") from exc
+
+    def _write_batch(self, prepared: list[_Prepared]) -> StoreResult:
         result = StoreResult(ids=[None] * len(prepared))
         by_tenant: dict[str, list[int]] = {}
         seen: set[tuple[str, str, str]] = set()

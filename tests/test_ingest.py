@@ -339,3 +339,28 @@ def test_file_records_that_fail_validation_name_their_line(system, dsn, tmp_path
     with pytest.raises(InputError, match=r"m\.jsonl line 2: importance"):
         system.store_many([r for _, r in pairs], wheres=[w for w, _ in pairs])
     assert counts(dsn)["memories"] == 0
+
+
+def test_a_schema_older_than_the_library_asks_for_the_upgrade(admin_dsn):
+    """Before 0006 memories have no context column: a batch fails with SchemaError and writes nothing."""
+    from memoria_pg import migrate
+    from memoria_pg.config import Config
+    from memoria_pg.embedding import HashEmbedder
+    from memoria_pg.errors import SchemaError
+
+    from .conftest import create_database, drop_database
+
+    name, dsn = create_database(admin_dsn)
+    try:
+        migrate.upgrade(dsn, "0005")
+        with MemorySystem(Config(dsn=dsn, pool_min_size=1, pool_max_size=2, use_age=False),
+                          embedder=HashEmbedder()) as system:
+            with pytest.raises(SchemaError, match="older than this library.*memoria-pg db upgrade"):
+                system.store("Alice met Bob in Paris.", tenant="A")
+        assert counts(dsn)["memories"] == 0
+        migrate.upgrade(dsn)
+        with MemorySystem(Config(dsn=dsn, pool_min_size=1, pool_max_size=2, use_age=False),
+                          embedder=HashEmbedder()) as system:
+            assert system.store("Alice met Bob in Paris.", tenant="A") is not None
+    finally:
+        drop_database(admin_dsn, name)
