@@ -33,7 +33,6 @@ RRF_WEIGHTS: dict[str, float] = {
     "relevance": 0.3,
 }
 WEIGHTS = {"score": SCORE_WEIGHTS, "rrf": RRF_WEIGHTS}
-SOURCE_WEIGHTS = SCORE_WEIGHTS
 # Sources whose score is better when lower (a distance, a hop count).
 LOWER_IS_BETTER = ("vector", "attribute", "relevance", "graph")
 FUSION_DEPTH = 20

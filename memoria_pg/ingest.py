@@ -185,10 +185,10 @@ class Ingestor:
             if not np.all(np.isfinite(vector)) or not np.any(vector):
                 raise InputError(f"{where}: embedding must be finite and non-zero")
             record.embedding = vector
-        if record.context is not None and not (isinstance(record.context, str) and not record.context.strip()):
+        if isinstance(record.context, str) and not record.context.strip():
+            record.context = None  # only whitespace: no context
+        if record.context is not None:
             record.context = _clean_text(record.context, "context", where, self.max_chars)
-        else:
-            record.context = None  # absent, or only whitespace: no context
         terms, doc_len = indexed_term_counts(content, record.context)
         if record.entities is None:
             speaker = metadata.get("speaker") if isinstance(metadata.get("speaker"), str) else None

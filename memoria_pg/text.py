@@ -44,11 +44,6 @@ def tokenize(text: str) -> list[str]:
     return [_stem(t) for t in _TOKEN.findall(folded) if t not in STOPWORDS]
 
 
-def term_counts(text: str) -> tuple[Counter[str], int]:
-    tokens = tokenize(text)
-    return Counter(tokens), len(tokens)
-
-
 # A memory stored with a context (the turns before it in a conversation, a document's title...) is
 # indexed as a two-field document, BM25F style: its own words count CONTENT_WEIGHT times, the
 # context's once. The context makes a short turn findable by what it answers ("They're a real
