@@ -15,17 +15,19 @@ WITH hits AS (
                 %(scores)s::float8[]) AS h(memory_id, memory_type, source, rank, score)
 ), weights AS (
     SELECT * FROM unnest(%(weight_sources)s::text[], %(weight_values)s::float8[]) AS w(source, weight)
-), normalized AS (
+), lists AS (  -- each hit with its weight and its source list's lowest, highest score and length
     SELECT h.*, coalesce(w.weight, 0) AS weight,
-           CASE WHEN max(h.score) OVER s = min(h.score) OVER s THEN 1.0
-                WHEN h.source = ANY(%(lower_better)s::text[])
-                    THEN (max(h.score) OVER s - h.score + (max(h.score) OVER s - min(h.score) OVER s) / (count(*) OVER s - 1))
-                         / ((max(h.score) OVER s - min(h.score) OVER s) * count(*) OVER s / (count(*) OVER s - 1))
-                ELSE (h.score - min(h.score) OVER s + (max(h.score) OVER s - min(h.score) OVER s) / (count(*) OVER s - 1))
-                     / ((max(h.score) OVER s - min(h.score) OVER s) * count(*) OVER s / (count(*) OVER s - 1))
-           END AS norm
+           min(h.score) OVER s AS lo, max(h.score) OVER s AS hi, count(*) OVER s AS list_len
     FROM hits h LEFT JOIN weights w USING (source)
     WINDOW s AS (PARTITION BY h.source)
+), normalized AS (  -- how far above the floor (lo - step, step = (hi - lo) / (list_len - 1))
+    SELECT l.*,
+           CASE WHEN l.hi = l.lo THEN 1.0
+                ELSE (CASE WHEN l.source = ANY(%(lower_better)s::text[]) THEN l.hi - l.score ELSE l.score - l.lo END
+                      + (l.hi - l.lo) / (l.list_len - 1))
+                     / ((l.hi - l.lo) * l.list_len / (l.list_len - 1))
+           END AS norm
+    FROM lists l
 ), merged AS (
     SELECT n.memory_id, n.memory_type,
            array_agg(n.source ORDER BY n.source) AS sources,
