@@ -20,8 +20,8 @@ from .types import CandidateRecord, SourceHit
 #
 # "score" (the default): each source's scores min-max normalized within its list (the floor one step
 # below the last hit, so the last of n hits keeps 1/n: a memory second of two by vector and first by
-# BM25 beats the vector's first alone), vector and BM25 weighted equally. Score fusion keeps how far ahead a source's best hits are, which rank fusion
-# throws away; measured on the dev sets (in process, mirrored by the eval), against RRF over the
+# BM25 beats the vector's first alone), vector and BM25 weighted equally. Score fusion keeps how far
+# ahead a source's best hits are, which rank fusion throws away; measured on the dev sets (in process, mirrored by the eval), against RRF over the
 # top 20: LoCoMo recall@10 0.733 vs 0.722, SciFact nDCG@10 0.725 vs 0.704, HotpotQA 0.832 vs 0.817,
 # LongMemEval recall_any@5 0.865 vs 0.811; stable for worker lists of 30 to 100 hits.
 SCORE_WEIGHTS: dict[str, float] = {
