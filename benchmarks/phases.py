@@ -14,11 +14,11 @@ from memoria_pg.embedding import HashEmbedder
 from memoria_pg.resources import load_sql
 from memoria_pg.routing import submitted_workers
 from memoria_pg.scheduler import run_sequential
-from memoria_pg.shards import per_shard_limit, select_shards
 from memoria_pg.system import MemorySystem
 from memoria_pg.text import normalize
 from memoria_pg.workers import WORKERS, WorkerContext
 from memoria_pg.workers.bm25 import BM25Worker
+from memoria_pg.workers.vector import tenant_rows
 
 import corpus
 import report
@@ -42,15 +42,13 @@ class Bench:
     def context(self, i: int):
         """The query's bound worker tasks, built the way pipeline.run_query builds them."""
         system, q, cfg = self.system, self.queries[i], self.system.config
-        query = system.query_processor(q.tenant).process(q.text, tenant=q.tenant, memory_type=q.memory_type)
+        with system.db.transaction(q.tenant) as conn:
+            query = system.query_processor(q.tenant, conn).process(q.text, tenant=q.tenant, memory_type=q.memory_type)
+            rows = tenant_rows(conn)
         query, route = system.router.route_query(query)
         names = submitted_workers(route, query, fusion_enabled=cfg.enable_fusion,
                                   phrase_index_enabled=cfg.enable_phrase_index, graph_enabled=cfg.enable_graph)
-        shards = select_shards(route, query.memory_type_hint, system.memory_types, sharding=cfg.enable_sharding)
-        ctx = WorkerContext(query=query, embedding=self.vectors[i], shards=shards,
-                            limit=per_shard_limit(cfg.worker_limit, shards),
-                            graph_limit=per_shard_limit(cfg.graph_candidate_limit, shards),
-                            graph_depth=route.graph_depth, config=cfg, graph_backend=system.graph_backend)
+        ctx = pipeline.worker_context(system, query, route, self.vectors[i], rows)
         tasks = {name: pipeline._bind(WORKERS[name](), ctx) for name in names}
         return query, route, ctx, tasks
 

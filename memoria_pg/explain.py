@@ -10,6 +10,7 @@ from tabulate import tabulate
 
 from .pipeline import worker_context
 from .workers import WORKERS
+from .workers.vector import tenant_rows
 
 
 def _shown(value):
@@ -31,7 +32,9 @@ def explain_query(system, response) -> str:
                    f"pool={route.pool} fallback={list(route.fallback_pools)} shards={d.shards}")
         out.append(f"submitted={d.submitted_sources} completed={d.completed_sources} "
                    f"pending={d.pending_sources} failed={d.failed_sources} finish={d.retrieval_finish_reason}")
-        ctx = worker_context(system, query, route, system.embed_query(query.normalized))
+        with system.db.transaction(query.tenant) as conn:
+            rows = tenant_rows(conn)
+        ctx = worker_context(system, query, route, system.embed_query(query.normalized), rows)
         for name in d.submitted_sources:
             worker = WORKERS[name]()
             out.append(f"\n== worker {name} ({d.worker_ms.get(name, 0):.1f} ms in the query, "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,11 +15,11 @@ from .errors import InputError
 from .ingest import as_vector
 from .relevance import relevance_pool
 from .routing import submitted_workers
-from .shards import per_shard_limit, select_shards
+from .shards import per_shard_limit, populated, select_shards
 from .tracing import persist_trace
 from .types import Route
 from .workers import WORKERS, WorkerContext
-from .workers.vector import VectorWorker
+from .workers.vector import VectorWorker, tenant_rows
 
 if TYPE_CHECKING:
     from .system import MemorySystem, QueryResponse
@@ -43,7 +43,9 @@ def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: st
         raise InputError(f"unknown workers {unknown}; choose from {list(WORKERS)}")
 
     t0 = time.perf_counter()
-    query = system.query_processor(tenant).process(text, tenant=tenant, memory_type=memory_type)
+    with system.db.transaction(tenant) as conn:  # one round trip: entity lookup and shard sizes
+        query = system.query_processor(tenant, conn).process(text, tenant=tenant, memory_type=memory_type)
+        rows = tenant_rows(conn)
     diag.query_processing_ms = _ms(t0)
 
     t0 = time.perf_counter()
@@ -51,7 +53,7 @@ def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: st
     diag.embedding_ms = _ms(t0)
 
     if not v4:
-        return _v3(system, query, vector, top_k, ranking, diag, t_start, trace)
+        return _v3(system, query, vector, top_k, ranking, diag, t_start, trace, rows)
 
     query, route = system.router.route_query(query)
     diag.route = route.name
@@ -59,7 +61,7 @@ def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: st
         route = Route(route.name, tuple(workers), route.graph_depth, route.signals, route.pool, route.fallback_pools)
     names = submitted_workers(route, query, fusion_enabled=cfg.enable_fusion,
                               phrase_index_enabled=cfg.enable_phrase_index, graph_enabled=cfg.enable_graph)
-    ctx = worker_context(system, query, route, vector)
+    ctx = worker_context(system, query, route, vector, rows)
     diag.shards = [s.memory_type or "*" for s in ctx.shards]
 
     t0 = time.perf_counter()
@@ -114,14 +116,20 @@ def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: st
                    submitted=diag.submitted_sources)
 
 
-def worker_context(system: "MemorySystem", query, route: Route, vector: np.ndarray) -> WorkerContext:
-    """The selected shards and the per-shard limits every worker of this query runs with."""
+def worker_context(system: "MemorySystem", query, route: Route, vector: np.ndarray,
+                   rows: Mapping[str, int]) -> WorkerContext:
+    """The selected shards and the per-shard limits every worker of this query runs with.
+
+    `rows`: the tenant's memories per memory type (sql/tenant_rows); shards where it has none are
+    not read, so the limits go to the shards that can return something."""
     cfg = system.config
-    shards = select_shards(route, query.memory_type_hint, system.memory_types, sharding=cfg.enable_sharding)
+    shards = populated(select_shards(route, query.memory_type_hint, system.memory_types,
+                                     sharding=cfg.enable_sharding), rows)
     return WorkerContext(query=query, embedding=vector, shards=shards,
                          limit=per_shard_limit(cfg.worker_limit, shards),
                          graph_limit=per_shard_limit(cfg.graph_candidate_limit, shards),
-                         graph_depth=route.graph_depth, config=cfg, graph_backend=system.graph_backend)
+                         graph_depth=route.graph_depth, config=cfg, graph_backend=system.graph_backend,
+                         tenant_rows=rows)
 
 
 def _bind(worker, ctx):
@@ -139,12 +147,12 @@ def _query_vector(system: "MemorySystem", text: str, embedding: Sequence[float] 
     return system.embed_query(text)
 
 
-def _v3(system, query, vector, top_k, ranking, diag, t_start, trace):
+def _v3(system, query, vector, top_k, ranking, diag, t_start, trace, rows):
     """V3: embed -> vector search -> fetch -> candidates; no scheduler state in diagnostics."""
     cfg = system.config
     ctx = WorkerContext(query=query, embedding=vector, shards=select_shards(
         Route("v3", ("vector",)), None, system.memory_types, sharding=False),
-        limit=max(cfg.worker_limit, top_k), graph_limit=0, graph_depth=0, config=cfg)
+        limit=max(cfg.worker_limit, top_k), graph_limit=0, graph_depth=0, config=cfg, tenant_rows=rows)
     t0 = time.perf_counter()
     with system.db.transaction(query.tenant) as conn:
         vector_hits = VectorWorker().run(conn, ctx)

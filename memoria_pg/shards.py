@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from .types import Route, Shard
 
@@ -20,6 +20,19 @@ def select_shards(route: Route, hint: str | None, known_types: Sequence[str], *,
         if name in known_types and Shard(name) not in chosen:
             chosen.append(Shard(name))
     return tuple(chosen) or (ALL,)
+
+
+def populated(shards: Sequence[Shard], rows: Mapping[str, int]) -> tuple[Shard, ...]:
+    """The selected typed shards in which the tenant has memories (`rows`: its memories per type).
+
+    A worker's limit is divided across the shards it reads, so an empty shard would waste its share:
+    a query routed to the episodic pool with the general fallback, for a tenant whose memories are
+    all general, would otherwise get half the candidates from each worker. When none of the typed
+    shards holds any of the tenant's memories the query reads the whole table, rather than nothing
+    (the final type filter keeps the hinted type when it can, as it does for any candidate set).
+    """
+    kept = tuple(s for s in shards if s.memory_type is None or rows.get(s.memory_type, 0) > 0)
+    return kept or (ALL,)
 
 
 def per_shard_limit(limit: int, shards: Sequence[Shard]) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
 
 from . import migrate, server
 from .config import Config, default_data_dir
@@ -172,17 +173,17 @@ class MemorySystem:
         return created
 
     # -- queries ---------------------------------------------------------------------------------
-    def query_processor(self, tenant: str) -> QueryProcessor:
-        """A QueryProcessor whose entity recognition consults this tenant's entity table."""
+    def query_processor(self, tenant: str, conn: psycopg.Connection | None = None) -> QueryProcessor:
+        """A QueryProcessor whose entity recognition consults this tenant's entity table, through
+        `conn` (a transaction already set to the tenant) or a transaction of its own."""
 
         def lookup(grams: list[str]) -> list[str]:
             if not grams:
                 return []
-            with self.db.transaction(tenant) as conn:
-                rows = conn.execute(
-                    "SELECT name FROM memoria.entities WHERE tenant = current_setting('memoria.tenant') "
-                    "AND norm_name = ANY(%s)", ([normalize_entity(g) for g in grams],)).fetchall()
-            return [r[0] for r in rows]
+            if conn is not None:
+                return _entity_names(conn, grams)
+            with self.db.transaction(tenant) as own:
+                return _entity_names(own, grams)
 
         return QueryProcessor(self.memory_types, entity_lookup=lookup, max_chars=self.config.max_query_chars,
                               expander=self.expander)
@@ -222,3 +223,9 @@ def _default_ranking(plugins):
         return RankingPipeline(signal_plugins=signals)
     except TypeError:
         return RankingPipeline()
+
+
+def _entity_names(conn: psycopg.Connection, grams: list[str]) -> list[str]:
+    rows = conn.execute("SELECT name FROM memoria.entities WHERE tenant = current_setting('memoria.tenant') "
+                        "AND norm_name = ANY(%s)", ([normalize_entity(g) for g in grams],)).fetchall()
+    return [r[0] for r in rows]

@@ -9,8 +9,8 @@ import pytest
 
 from memoria_pg.embedding import HashEmbedder
 from memoria_pg.errors import InputError
-from memoria_pg.shards import ALL, per_shard_limit, select_shards
-from memoria_pg.system import MemorySystem
+from memoria_pg.shards import ALL, per_shard_limit, populated, select_shards
+from memoria_pg.system import MemoryRecord, MemorySystem
 from memoria_pg.types import Route, Shard
 
 ALL_WORKERS = ["vector", "bm25", "fusion", "graph", "phrase", "attribute"]
@@ -103,18 +103,47 @@ def test_select_shards():
     assert select_shards(unknown, "missing", known, sharding=True) == (ALL,)
 
 
+def test_populated_drops_the_tenants_empty_shards():
+    shards = (Shard("episodic"), Shard("general"))
+    assert populated(shards, {"episodic": 3, "general": 5}) == shards
+    assert populated(shards, {"episodic": 0, "general": 5, "fact": 2}) == (Shard("general"),)
+    assert populated(shards, {"fact": 2}) == (ALL,)  # none of them: the whole table, not nothing
+    assert populated((ALL,), {}) == (ALL,)
+
+
 def test_typed_query_reads_its_shards(system):
     vec = np.random.default_rng(4).normal(size=384).astype(np.float32)
     procedural = system.store("press the red button", tenant="t", memory_type="procedural", embedding=vec)
     general = system.store("the button was red", tenant="t", embedding=vec * 0.9 + 0.01)
+    episodic = system.store("I pressed the red button", tenant="t", memory_type="episodic", embedding=vec * 0.8)
 
     typed = system.query("red button", tenant="t", memory_type="episodic", embedding=vec, workers=["vector"])
     assert typed.diagnostics.shards == ["episodic", "general"]
-    assert {c.memory_id for c in typed.candidates} == {general}
+    assert typed.diagnostics.worker_hits["vector"] == 2  # both shards read, not the procedural one
+    assert [c.memory_id for c in typed.candidates] == [episodic]  # then the type filter keeps the hinted type
+    assert general not in {c.memory_id for c in typed.candidates}
 
     untyped = system.query("red button", tenant="t", embedding=vec, workers=["vector"])
     assert untyped.diagnostics.shards == ["*"]
-    assert {c.memory_id for c in untyped.candidates} == {procedural, general}
+    assert {c.memory_id for c in untyped.candidates} == {procedural, general, episodic}
+
+
+def test_typed_query_gives_the_limit_to_shards_the_tenant_uses(config):
+    # Episodic route (episodic pool, general fallback) for a tenant with general memories only: the
+    # worker limit goes to the general shard alone instead of half of it to an empty shard.
+    vec = np.random.default_rng(5).normal(size=384).astype(np.float32)
+    with MemorySystem(config.replace(worker_limit=4), embedder=HashEmbedder()) as system:
+        system.store_many(MemoryRecord(f"note {i} about the garden", tenant="t", embedding=vec + i * 0.01)
+                          for i in range(6))
+        system.store("an episode of another tenant", tenant="u", memory_type="episodic", embedding=vec)
+        typed = system.query("garden", tenant="t", memory_type="episodic", embedding=vec, workers=["vector"])
+        assert typed.diagnostics.shards == ["general"]
+        assert typed.diagnostics.worker_hits == {"vector": 4}
+        # No memory of the hinted type or its fallbacks: the whole table rather than nothing.
+        system.store("press the red button", tenant="p", memory_type="procedural", embedding=vec)
+        fact = system.query("red button", tenant="p", memory_type="fact", embedding=vec, workers=["vector"])
+        assert fact.diagnostics.shards == ["*"]
+        assert [c.memory_type for c in fact.candidates] == ["procedural"]
 
 
 def test_sharding_disabled_reads_the_whole_table(config):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -24,6 +25,9 @@ class WorkerContext:
     graph_depth: int
     config: Config
     graph_backend: str = "sql"  # "age" when the server has the AGE graph
+    # The tenant's memories per memory type (read with the query's entity lookup), or None: a
+    # worker that needs them reads them itself.
+    tenant_rows: Mapping[str, int] | None = None
 
     @property
     def shard_types(self) -> list[str] | None:

@@ -31,7 +31,7 @@ class VectorWorker(Worker):
 
     def statements_for(self, conn: psycopg.Connection, ctx: WorkerContext) -> list[tuple[str, dict[str, Any]]]:
         limit = ctx.config.vector_exact_max_rows
-        rows = tenant_rows(conn) if limit > 0 else {}
+        rows = {} if limit <= 0 else ctx.tenant_rows if ctx.tenant_rows is not None else tenant_rows(conn)
         return [(load_sql(self.exact_sql_name if limit > 0 and exact(rows, shard, limit) else self.sql_name),
                  self.params(ctx, shard))
                 for shard in ctx.shards]
@@ -42,7 +42,7 @@ class VectorWorker(Worker):
 
 def tenant_rows(conn: psycopg.Connection) -> dict[str, int]:
     """Memories of the transaction's tenant per memory type."""
-    return {t: int(n) for t, n in conn.execute(load_sql("workers/vector_rows")).fetchall()}
+    return {t: int(n) for t, n in conn.execute(load_sql("tenant_rows")).fetchall()}
 
 
 def exact(rows: dict[str, int], shard: Shard, per_type: int) -> bool:
