@@ -53,6 +53,11 @@ class Config:
     worker_limit: int = 50  # per-worker candidate limit, divided across selected shards
     graph_candidate_limit: int = 50
     graph_depth: int = 2
+    # Bounds of the graph walk (its work grows with these, not with how many memories mention a hub):
+    # each entity of the frontier follows at most graph_fanout edges (strongest co-occurrence first),
+    # and each reached entity offers at most graph_entity_memories memories (the most recent first).
+    graph_fanout: int = 10
+    graph_entity_memories: int = 100
     fusion_semantic_weight: float = 0.5
     # How the final CTE fuses the sources into the retrieval score: "score" = weighted sum of each
     # source's min-max normalized scores; "rrf" = weighted reciprocal-rank fusion (rrf_k, rrf_depth).
@@ -112,7 +117,8 @@ class Config:
         if self.fusion_method not in FUSION_METHODS:
             raise ConfigError(f"fusion_method must be one of {list(FUSION_METHODS)}, got {self.fusion_method!r}")
         for name in ("top_k", "ranking_candidate_limit", "retrieval_deadline_ms", "worker_limit",
-                     "embedding_dim", "pool_max_size", "ingest_batch_size", "ingest_writers"):
+                     "embedding_dim", "pool_max_size", "ingest_batch_size", "ingest_writers",
+                     "graph_fanout", "graph_entity_memories"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
 

@@ -8,8 +8,9 @@ The plain tables (entities, memory_entities, entity_edges) are the source of tru
 
 The library's role memoria_app has no privilege on the graph (its label tables cannot have row-level
 security: PostgreSQL would refuse AGE's non-leakproof operators as index conditions). It reaches the
-graph only through SECURITY DEFINER functions of migration 0003, which act for the transaction's tenant
-(`memoria.tenant`, as the row-level-security policies do) and never take a tenant as an argument:
+graph only through SECURITY DEFINER functions of migration 0003 (graph_walk bounded since 0007), which
+act for the transaction's tenant (`memoria.tenant`, as the row-level-security policies do) and never
+take a tenant as an argument:
 memoria.graph_sync (the batch sync), memoria.graph_walk (sql/workers/graph_age.sql),
 memoria.graph_rebuild and memoria.graph_counts. Their writes are set-based SQL over AGE's label tables,
 one statement per label per batch whatever its size, idempotent (a vertex or edge that exists is kept;
@@ -97,7 +98,9 @@ def cypher_params(entities: Sequence[str], tenant: str, depth: int) -> str:
 
 
 # The pure-Cypher form of the graph worker (memoria.graph_walk walks the label tables instead, see
-# migration 0003 why). Kept as a reference for Cypher users and as the cross-check the tests run.
+# migration 0003 why), without the worker's bounds (graph_fanout, graph_entity_memories: migration
+# 0007): the same rows as the worker whenever no entity has more edges or memories than the bounds.
+# Kept as a reference for Cypher users and as the cross-check the tests run.
 # Only a role with privileges on the graph can run it, such as the user that ran the migrations:
 # memoria_app has none, and as no row-level security guards the label tables, the $tenant parameter
 # is its only tenant filter. AGE 1.5.0 takes no parameter in a variable-length bound, so the walk is
@@ -131,6 +134,6 @@ $$, %(cypher_params)s::ag_catalog.agtype) AS (memory_id ag_catalog.agtype, memor
                                               entity ag_catalog.agtype, hops ag_catalog.agtype)
 WHERE %(memory_type)s::text IS NULL OR memory_type::text = %(memory_type)s::text
 GROUP BY 1, 2
-ORDER BY hops, entity_hits DESC, memory_id
+ORDER BY hops, entity_hits DESC, memory_id DESC
 LIMIT %(limit)s
 """

@@ -111,13 +111,14 @@ def loaded(age_system):
 
 
 def worker_rows(system, tenant: str, entities: list[str], depth: int, backend: str,
-                memory_type: str | None = None, limit: int = 50) -> list[tuple]:
-    """The raw rows of the graph worker's statement, through GraphWorker's own SQL and params."""
+                memory_type: str | None = None, limit: int = 50, **bounds: int) -> list[tuple]:
+    """The raw rows of the graph worker's statement, through GraphWorker's own SQL and params;
+    `bounds` overrides the walk's (graph_fanout, graph_entity_memories)."""
     ctx = WorkerContext(
         query=ProcessedQuery(text=" ".join(entities), normalized="", tokens=[], tenant=tenant,
                              entities=list(entities)),
         embedding=np.zeros(384, dtype=np.float32), shards=(Shard(memory_type),), limit=10,
-        graph_limit=limit, graph_depth=depth, config=system.config, graph_backend=backend)
+        graph_limit=limit, graph_depth=depth, config=system.config.replace(**bounds), graph_backend=backend)
     worker = GraphWorker()
     rows = []
     with system.db.transaction(tenant) as conn:
@@ -232,7 +233,7 @@ def test_depth_walks_further(age_system):
         assert rows == worker_rows(age_system, tenant, ["Alice"], depth, "sql")
         assert {r[0]: (r[2], r[3]) for r in rows} == want, depth
     assert [r[0] for r in worker_rows(age_system, tenant, ["Alice"], 3, "age")] == \
-        [ids[0], ids[8], ids[7], ids[1], ids[2]]  # hops, then entity hits desc, then id
+        [ids[8], ids[0], ids[7], ids[1], ids[2]]  # hops, then entity hits desc, then the most recent
 
 
 def test_rows_become_hits_identically(loaded):
@@ -252,14 +253,15 @@ def test_rows_become_hits_identically(loaded):
 
 def test_cypher_reference_walk_agrees(loaded, admin):
     """graph_age.CYPHER_WALK (pure Cypher, parameter map only) reads the same graph the same way; it
-    runs as the admin (memoria_app may not read the graph)."""
+    runs as the admin (memoria_app may not read the graph). It has no bounds: the worker's are lifted."""
     for entities in (["Alice"], ["$$ Dollar $$", "MATCH"], ["'); DROP TABLE memoria.memories; --"]):
         names = sorted({normalize_entity(e) for e in entities})
         for depth in range(1, graph_age.MAX_CYPHER_DEPTH + 1):
             params = {"entities": names, "depth": depth, "memory_type": None, "limit": 1000,
                       "cypher_params": graph_age.cypher_params(names, TENANT_A, depth)}
             cypher_rows = [tuple(r) for r in admin.execute(graph_age.CYPHER_WALK, params).fetchall()]
-            assert cypher_rows == worker_rows(loaded, TENANT_A, entities, depth, "sql", limit=1000)
+            assert cypher_rows == worker_rows(loaded, TENANT_A, entities, depth, "sql", limit=1000,
+                                              graph_fanout=1000, graph_entity_memories=1000)
             assert cypher_rows
 
 

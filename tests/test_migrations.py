@@ -111,6 +111,46 @@ def test_0003_closes_the_graph_and_its_downgrade_restores_0001s_grants(empty_dsn
     assert acls(empty_dsn) == at_0001
 
 
+def graph_functions(dsn: str) -> dict[str, tuple]:
+    """memoria's graph functions: signature -> (definition, owner, settings, access list)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT oid::regprocedure::text, pg_get_functiondef(oid), proowner::regrole::text, "
+            "proconfig::text, proacl::text FROM pg_proc "
+            "WHERE pronamespace = 'memoria'::regnamespace AND proname LIKE 'graph%'").fetchall()
+    return {r[0]: tuple(r[1:]) for r in rows}
+
+
+def test_0007_bounds_the_walk_and_its_downgrade_restores_0003s(empty_dsn, server_has_age):
+    """0007 adds memory_entities (entity_id, memory_type, memory_id) INCLUDE (tenant) and, with the
+    graph, replaces graph_walk by the bounded one (two more arguments, same owner, settings and
+    grants); its downgrade gives back 0006's function (0003's text) and privileges exactly."""
+    migrate.upgrade(empty_dsn, "0006")
+    functions_0006, acls_0006 = graph_functions(empty_dsn), acls(empty_dsn)
+    index = "SELECT to_regclass('memoria.memory_entities_entity_type') IS NOT NULL"
+    assert scalar(empty_dsn, index) is False
+    migrate.upgrade(empty_dsn, "0007")
+    assert scalar(empty_dsn, index) is True
+    assert scalar(empty_dsn, "SELECT pg_get_indexdef('memoria.memory_entities_entity_type'::regclass)").endswith(
+        "USING btree (entity_id, memory_type, memory_id) INCLUDE (tenant)")
+    functions_0007 = graph_functions(empty_dsn)
+    old, new = ("memoria.graph_walk(text[],integer,text,integer)",
+                "memoria.graph_walk(text[],integer,text,integer,integer,integer)")
+    if server_has_age:
+        assert old in functions_0006 and old not in functions_0007 and new in functions_0007
+        assert functions_0007[new][1:] == functions_0006[old][1:]  # owner, settings, grants
+        assert set(functions_0007) - {new} == set(functions_0006) - {old}
+        assert scalar(empty_dsn, "SELECT has_table_privilege('memoria_graph_owner', 'memoria.memory_types', 'SELECT')")
+    else:
+        assert functions_0006 == functions_0007 == {}
+    migrate.downgrade(empty_dsn, "0006")
+    assert scalar(empty_dsn, index) is False
+    assert graph_functions(empty_dsn) == functions_0006
+    assert acls(empty_dsn) == acls_0006
+    migrate.upgrade(empty_dsn)
+    assert graph_functions(empty_dsn) == functions_0007
+
+
 def test_history_lists_the_initial_revision(dsn):
     history = migrate.history(dsn)
     assert history[0][:2] == ("0001", None)

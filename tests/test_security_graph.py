@@ -13,7 +13,7 @@ from memoria_pg.system import MemorySystem
 
 OWNER = "memoria_graph_owner"
 FUNCTIONS = {
-    "graph_walk": "SELECT * FROM memoria.graph_walk(%s::text[], 3, NULL, 100)",
+    "graph_walk": "SELECT * FROM memoria.graph_walk(%s::text[], 3, NULL, 100, 10, 100)",
     "graph_sync": "SELECT memoria.graph_sync(%s::bigint[])",
     "graph_rebuild": "SELECT * FROM memoria.graph_rebuild()",
     "graph_counts": "SELECT * FROM memoria.graph_counts()",
@@ -229,7 +229,8 @@ def test_caller_made_temp_objects_do_not_run_as_the_definer(two_tenants: MemoryS
     new_a = two_tenants.store_many([{"content": "Alice visits Oslo.", "tenant": "A", "entities": ["Alice", "Oslo"]}]).ids
     two_tenants.ingestor.graph_writer = writer
     tables = ["memories", "entities", "memory_entities", "entity_edges", '"Entity"', '"Memory"', '"MENTIONS"',
-              '"RELATED"', "graph_batch", "graph_mentions", "graph_links", "graph_entity_ids", "walk", "found"]
+              '"RELATED"', "graph_batch", "graph_mentions", "graph_links", "graph_entity_ids", "walk", "found",
+              "memory_types", "reached", "offered"]
     with two_tenants.db.transaction("A") as conn, conn.transaction():
         conn.execute("CREATE TEMP TABLE trap_log (who text, what text)")
         conn.execute("CREATE FUNCTION pg_temp.trap() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "

@@ -265,6 +265,68 @@ def test_graph_entities_match_case_insensitively(system, chain):
     assert {h.memory_id for h in hits} == {chain[0], chain[3]}
 
 
+def graph_rows(system, entities, depth, memory_type=None, limit=50, **bounds) -> list[tuple]:
+    """The graph statement's raw rows over the plain tables (sql/workers/graph.sql); on a server with
+    the AGE graph, memoria.graph_walk (sql/workers/graph_age.sql) must return the very same rows."""
+    rows = {}
+    for backend in ("sql", "age") if system.graph_backend == "age" else ("sql",):
+        ctx = WorkerContext(query=processed("x", tenant="hub", entities=entities), embedding=np.zeros(384, np.float32),
+                            shards=(Shard(memory_type),), limit=limit, graph_limit=limit, graph_depth=depth,
+                            config=system.config.replace(**bounds), graph_backend=backend)
+        with system.db.transaction("hub") as conn:
+            rows[backend] = [tuple(r) for statement, params in GraphWorker().statements(ctx)
+                             for r in conn.execute(statement, params).fetchall()]
+    assert rows.get("age", rows["sql"]) == rows["sql"]
+    return rows["sql"]
+
+
+@pytest.fixture
+def hub(system):
+    """Hub is mentioned by 12 memories (fact and general in turn); Center co-occurs with N1 three times,
+    N2 twice, N3 and N4 once (N3 created first), and each N has one memory of its own."""
+    records = [{"content": f"hub note {i}", "tenant": "hub", "entities": ["Hub"],
+                "memory_type": ("fact", "general")[i % 2]} for i in range(12)]
+    for name, times in (("N1", 3), ("N2", 2), ("N3", 1), ("N4", 1)):
+        records += [{"content": f"center with {name} {i}", "tenant": "hub", "entities": ["Center", name]}
+                    for i in range(times)]
+    records += [{"content": f"only {name}", "tenant": "hub", "entities": [name]} for name in ("N1", "N2", "N3", "N4")]
+    ids = system.store_many(records, batch_size=len(records)).ids
+    return {"hub": ids[:12], "center": ids[12:19], "only": dict(zip(("N1", "N2", "N3", "N4"), ids[19:]))}
+
+
+def test_graph_offers_the_most_recent_memories_of_each_entity(system, hub):
+    """An entity with more memories than graph_entity_memories offers that many, the most recent first,
+    whatever the limit; a typed walk takes the most recent of that type."""
+    unbounded = graph_rows(system, ["Hub"], 1)
+    assert [r[0] for r in unbounded] == sorted(hub["hub"], reverse=True)  # hops, hits, then most recent
+    rows = graph_rows(system, ["Hub"], 1, graph_entity_memories=5)
+    assert [r[0] for r in rows] == sorted(hub["hub"], reverse=True)[:5]
+    assert all(r[2:] == (1, 1) for r in rows)
+    assert graph_rows(system, ["Hub"], 1, graph_entity_memories=5) == rows  # deterministic
+    assert [r[0] for r in graph_rows(system, ["Hub"], 1, graph_entity_memories=5, limit=3)] == [r[0] for r in rows[:3]]
+    facts = [r[0] for r in graph_rows(system, ["Hub"], 1, memory_type="fact", graph_entity_memories=4)]
+    assert facts == sorted(hub["hub"][0::2], reverse=True)[:4]
+
+
+def test_graph_follows_the_strongest_edges_first(system, hub):
+    """Each frontier entity follows graph_fanout edges: weight desc, then entity id (N3 before N4)."""
+    def reached(fanout):
+        rows = graph_rows(system, ["Center"], 2, graph_fanout=fanout)
+        assert {r[0] for r in rows if r[2] == 1} == set(hub["center"])  # the seed's own memories
+        return {name for name, memory_id in hub["only"].items() if (memory_id, "general", 2, 1) in rows}
+
+    assert reached(1) == {"N1"}
+    assert reached(2) == {"N1", "N2"}
+    assert reached(3) == {"N1", "N2", "N3"}
+    assert reached(10) == {"N1", "N2", "N3", "N4"}
+    # a memory's entity_hits counts the reached entities that offered it: "center with N2" mentions
+    # Center and N2, both reached with fanout 2, and only Center with fanout 1
+    both = {r[0]: r[3] for r in graph_rows(system, ["Center"], 2, graph_fanout=2)}
+    one = {r[0]: r[3] for r in graph_rows(system, ["Center"], 2, graph_fanout=1)}
+    n2 = hub["center"][3]
+    assert (both[n2], one[n2]) == (2, 1)
+
+
 # -- fusion ------------------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -1,23 +1,52 @@
--- Graph worker (plain tables): breadth-first walk from the query's entities over co-occurrence
--- edges, then the memories that mention a reached entity. hops = entity hops + 1, so depth 1 means
--- "memories mentioning a query entity"; entity_hits counts the reached entities a memory mentions.
+-- Graph worker (plain tables): bounded breadth-first walk from the query's entities over
+-- co-occurrence edges, then the memories that mention a reached entity. hops = entity hops + 1, so
+-- depth 1 means "memories mentioning a query entity".
+-- Bounded, so the work grows with the limits and not with how many memories mention a hub entity:
+--   fan-out: each entity of the frontier follows at most %(fanout)s edges, the strongest first
+--            (weight desc, then entity id); the seeds are the query's entities themselves;
+--   mentions: each reached entity offers at most %(entity_memories)s memories, the most recent first
+--            (memory id desc), read from memory_entities (entity_id, memory_type, memory_id) index-only:
+--            per memory type, then merged (the memory types table lists the shards), so an untyped
+--            walk reads at most (types x entity_memories) index entries per entity.
+-- A memory's hops is the fewest entity hops among the reached entities that offered it, entity_hits
+-- the number of them; rows come hops first, then entity_hits desc, then the most recent.
+-- migrations/versions/0007_bounded_graph_walk.py gives memoria.graph_walk (the AGE path) the same walk.
 WITH RECURSIVE walk(entity_id, hops) AS (
     SELECT e.id, 0
     FROM memoria.entities e
     WHERE e.tenant = current_setting('memoria.tenant') AND e.norm_name = ANY(%(entities)s::text[])
     UNION
-    SELECT ed.dst_id, w.hops + 1
+    SELECT n.dst_id, w.hops + 1
     FROM walk w
-    JOIN memoria.entity_edges ed ON ed.src_id = w.entity_id
-    WHERE w.hops + 1 < %(depth)s AND ed.tenant = current_setting('memoria.tenant')
+    CROSS JOIN LATERAL (
+        SELECT ed.dst_id FROM memoria.entity_edges ed
+        WHERE ed.src_id = w.entity_id AND ed.tenant = current_setting('memoria.tenant')
+        ORDER BY ed.weight DESC, ed.dst_id
+        LIMIT %(fanout)s
+    ) n
+    WHERE w.hops + 1 < %(depth)s
 ), reached AS (
     SELECT entity_id, min(hops) AS hops FROM walk GROUP BY entity_id
+), offered AS (
+    SELECT r.hops, m.memory_id, m.memory_type
+    FROM reached r
+    CROSS JOIN LATERAL (
+        SELECT x.memory_id, x.memory_type
+        FROM memoria.memory_types t
+        CROSS JOIN LATERAL (
+            SELECT me.memory_id, me.memory_type FROM memoria.memory_entities me
+            WHERE me.entity_id = r.entity_id AND me.memory_type = t.name
+              AND me.tenant = current_setting('memoria.tenant')
+            ORDER BY me.memory_id DESC
+            LIMIT %(entity_memories)s
+        ) x
+        WHERE %(memory_type)s::text IS NULL OR t.name = %(memory_type)s::text
+        ORDER BY x.memory_id DESC
+        LIMIT %(entity_memories)s
+    ) m
 )
-SELECT me.memory_id, me.memory_type, min(r.hops) + 1 AS hops, count(*) AS entity_hits
-FROM reached r
-JOIN memoria.memory_entities me ON me.entity_id = r.entity_id
-WHERE me.tenant = current_setting('memoria.tenant')
-  AND (%(memory_type)s::text IS NULL OR me.memory_type = %(memory_type)s::text)
-GROUP BY me.memory_id, me.memory_type
-ORDER BY hops, entity_hits DESC, me.memory_id
+SELECT o.memory_id, o.memory_type, min(o.hops) + 1 AS hops, count(*) AS entity_hits
+FROM offered o
+GROUP BY o.memory_id, o.memory_type
+ORDER BY hops, entity_hits DESC, o.memory_id DESC
 LIMIT %(limit)s
