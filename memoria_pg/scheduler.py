@@ -84,10 +84,9 @@ class Scheduler:
                             return
                         conns[name] = conn
                     try:
-                        # Pipeline mode: BEGIN, the tenant with the server-side ceiling (in case the
-                        # client-side cancel is lost) and the worker's statement go out together, so
-                        # a worker costs two round trips (statement, COMMIT) instead of four.
-                        with conn.pipeline(), conn.transaction():
+                        with conn.transaction():
+                            # The tenant, and the server-side ceiling in case the client-side cancel
+                            # is lost, in one round trip.
                             conn.execute("SELECT set_config('memoria.tenant', %s, true), "
                                          "set_config('statement_timeout', %s, true)",
                                          (tenant, str(deadline_ms + 1000)))
