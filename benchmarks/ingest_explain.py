@@ -1,0 +1,165 @@
+"""CPU of each statement of one ingest batch, measured on the server process, then ROLLBACK.
+
+    python benchmarks/ingest_explain.py --dsn postgresql://postgres@127.0.0.1:55432/memoria_ingest_ab \
+        --batch 2000 --repeat 5 [--plans]
+    PYTHONPATH=/tmp/other-checkout python benchmarks/ingest_explain.py ...   # another library version
+
+Writes `--repeat` batches with store_batch on a database that is already migrated (typically filled
+by an ingest_ab.py run) and rolls each one back, so the database is left as it was and every repeat
+(and every library version) meets the same state. Each statement's CPU is read from the server
+backend's /proc/<pid>/schedstat (nanoseconds on CPU), so it does not depend on the machine's load;
+the server must run on this machine, in its process namespace (scripts/age-server.sh's does).
+The client's CPU (validation, tokenizing, entities, COPY rows) is this thread's CPU time. Reported:
+the median over the repeats of each step's CPU per memory. With --plans the statements of the
+last repeat run under EXPLAIN (ANALYZE, BUFFERS, WAL) and their plans (first tenant) are printed.
+
+The records come from benchmarks/corpus.py with their own seed: new memories of the same tenants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+if not os.environ.get("PYTHONPATH"):
+    sys.path.insert(0, str(HERE.parent))
+
+import corpus  # noqa: E402
+
+from memoria_pg.config import Config  # noqa: E402
+from memoria_pg.embedding import HashEmbedder  # noqa: E402
+from memoria_pg.resources import load_sql, sql_dir  # noqa: E402
+from memoria_pg.system import MemorySystem  # noqa: E402
+from memoria_pg.text import normalize  # noqa: E402
+
+
+class _Rollback(Exception):
+    pass
+
+
+def backend_cpu_ns(pid: int) -> int:
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+class _MeteredConnection:
+    """Adds each statement's server CPU to `spent` under the name of its sql/ingest file."""
+
+    def __init__(self, conn, pid: int, names: dict[str, str], spent: dict[str, int],
+                 plans: dict[str, str] | None):
+        self._conn, self._pid, self._names, self._spent, self._plans = conn, pid, names, spent, plans
+
+    def execute(self, query, params=None, **kw):
+        name = self._names.get(query, "other") if isinstance(query, str) else "other"
+        if self._plans is not None and name not in ("other", "stage"):
+            rows = self._conn.execute("EXPLAIN (ANALYZE, BUFFERS, WAL) " + query, params, **kw).fetchall()
+            self._plans.setdefault(name, "\n".join(r[0] for r in rows))
+            return self._conn.execute("SELECT NULL WHERE false")
+        t0 = backend_cpu_ns(self._pid)
+        try:
+            return self._conn.execute(query, params, **kw)
+        finally:
+            self._spent[name] = self._spent.get(name, 0) + backend_cpu_ns(self._pid) - t0
+
+    def transaction(self, *a, **kw):
+        return self._conn.transaction(*a, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dsn", required=True)
+    p.add_argument("--batch", type=int, default=2000)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--seed", type=int, default=99)
+    p.add_argument("--tenants", type=int, default=10)
+    p.add_argument("--plans", action="store_true", help="print the plans (of the first tenant)")
+    p.add_argument("--setup", action="append", default=[],
+                   help="SQL run as the login user at the start of every rolled-back batch (an experiment: "
+                        "e.g. DROP INDEX memoria.memories_relevance, to see what the index costs)")
+    args = p.parse_args(argv)
+    names = {load_sql(f"ingest/{path.stem}"): path.stem for path in sorted((sql_dir() / "ingest").glob("*.sql"))}
+    embedder = HashEmbedder(384)
+    world = corpus.universe(7, args.tenants)  # the tenants of the stored corpus, new texts
+    records = list(corpus.memories(args.batch * args.repeat, seed=args.seed, n_tenants=args.tenants,
+                                   world=world, embed=lambda text: embedder.embed([normalize(text)])[0]))
+    config = Config.from_env(dsn=args.dsn, use_age=False, pool_min_size=1, pool_max_size=2)
+    runs: list[dict[str, float]] = []
+    plans: dict[str, str] = {}
+    with MemorySystem(config, auto_migrate=False) as system:
+        ing = system.ingestor
+        db = ing.db
+        state: dict = {}
+
+        class _DB:
+            @contextlib.contextmanager
+            def connection(self):
+                with db.connection() as conn:
+                    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+                    state["pid"] = pid
+                    try:
+                        with conn.transaction():
+                            if args.setup:
+                                conn.execute("RESET ROLE")
+                                for statement in args.setup:
+                                    conn.execute(statement)
+                                conn.execute("SET ROLE memoria_app")
+                            yield _MeteredConnection(conn, pid, names, state["spent"], state.get("plans"))
+                            raise _Rollback
+                    except _Rollback:
+                        pass
+
+            def __getattr__(self, name):
+                return getattr(db, name)
+
+        ing.db = _DB()
+        copy = ing._copy
+
+        def metered_copy(conn, *a, **kw):
+            t0, c0 = backend_cpu_ns(state["pid"]), time.thread_time_ns()
+            try:
+                return copy(conn, *a, **kw)
+            finally:
+                state["spent"]["copy (server)"] = backend_cpu_ns(state["pid"]) - t0
+                state["spent"]["copy (client)"] = time.thread_time_ns() - c0
+
+        ing._copy = metered_copy
+        for r in range(args.repeat + (1 if args.plans else 0)):
+            batch = records[(r % args.repeat) * args.batch:(r % args.repeat + 1) * args.batch]
+            state["spent"] = {}
+            state["plans"] = plans if r == args.repeat else None
+            c0 = time.thread_time_ns()
+            prepared = ing.prepare_batch(batch)
+            prepare_ns = time.thread_time_ns() - c0
+            c0 = time.thread_time_ns()
+            ing._write(prepared)
+            write_client_ns = time.thread_time_ns() - c0
+            if r < args.repeat:
+                spent = {k: v / 1e6 / args.batch for k, v in state["spent"].items()}
+                spent["prepare (client)"] = prepare_ns / 1e6 / args.batch
+                spent["write, not COPY (client)"] = (write_client_ns - state["spent"].get("copy (client)", 0)) / 1e6 / args.batch
+                runs.append(spent)
+    keys = sorted({k for run in runs for k in run}, key=lambda k: -statistics.median(r.get(k, 0.0) for r in runs))
+    med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
+    server = sum(v for k, v in med.items() if "(client)" not in k)
+    client = sum(v for k, v in med.items() if "(client)" in k)
+    print(f"{args.batch} records a batch, {args.repeat} batches rolled back; median CPU ms per memory: "
+          f"server {server:.3f} + client {client:.3f} = {server + client:.3f}")
+    for k in keys:
+        print(f"  {k:28s} {med[k]:.4f}")
+    for name, text in plans.items():
+        print(f"\n=== {name}\n{text}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
