@@ -128,9 +128,19 @@ def test_0007_bounds_the_walk_and_its_downgrade_restores_0003s(empty_dsn, server
     migrate.upgrade(empty_dsn, "0006")
     functions_0006, acls_0006 = graph_functions(empty_dsn), acls(empty_dsn)
     index = "SELECT to_regclass('memoria.memory_entities_entity_type') IS NOT NULL"
-    assert scalar(empty_dsn, index) is False
+    attribute_indexes = ("SELECT array_agg(indexname::text || ' ' || indexdef ORDER BY indexname) FROM pg_indexes "
+                         "WHERE schemaname = 'memoria' AND tablename = 'memory_attributes'")
+    column = ("SELECT count(*) FROM pg_attribute WHERE attrelid = 'memoria.memory_attributes'::regclass "
+              "AND attname = 'subject_lower' AND NOT attisdropped")
+    indexes_0006 = scalar(empty_dsn, attribute_indexes)
+    assert scalar(empty_dsn, index) is False and scalar(empty_dsn, column) == 0
     migrate.upgrade(empty_dsn, "0007")
-    assert scalar(empty_dsn, index) is True
+    assert scalar(empty_dsn, index) is True and scalar(empty_dsn, column) == 1
+    indexes_0007 = scalar(empty_dsn, attribute_indexes)
+    assert [i for i in indexes_0007 if i not in indexes_0006] == [
+        "memory_attributes_tenant_subject_lower CREATE INDEX memory_attributes_tenant_subject_lower "
+        "ON memoria.memory_attributes USING btree (tenant, subject_lower)"]
+    assert [i.split()[0] for i in indexes_0006 if i not in indexes_0007] == ["memory_attributes_tenant_subject"]
     assert scalar(empty_dsn, "SELECT pg_get_indexdef('memoria.memory_entities_entity_type'::regclass)").endswith(
         "USING btree (entity_id, memory_type, memory_id) INCLUDE (tenant)")
     functions_0007 = graph_functions(empty_dsn)
@@ -144,7 +154,8 @@ def test_0007_bounds_the_walk_and_its_downgrade_restores_0003s(empty_dsn, server
     else:
         assert functions_0006 == functions_0007 == {}
     migrate.downgrade(empty_dsn, "0006")
-    assert scalar(empty_dsn, index) is False
+    assert scalar(empty_dsn, index) is False and scalar(empty_dsn, column) == 0
+    assert scalar(empty_dsn, attribute_indexes) == indexes_0006
     assert graph_functions(empty_dsn) == functions_0006
     assert acls(empty_dsn) == acls_0006
     migrate.upgrade(empty_dsn)

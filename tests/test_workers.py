@@ -238,6 +238,20 @@ def test_attribute_near_spelling_matches_with_a_distance(system):
     assert other == []
 
 
+def test_attribute_subject_lookup_is_an_index_condition_under_row_level_security(system):
+    """lower(subject) = ... could not be one (lower() is not leakproof); the stored subject_lower can."""
+    system.store("Alice's favourite colour is blue", tenant="t")
+    ctx = WorkerContext(query=processed("x", subject="ALICE", attribute="favourite colour"),
+                        embedding=np.zeros(384, np.float32), shards=(ALL,), limit=10, graph_limit=10,
+                        graph_depth=1, config=system.config)
+    with system.db.transaction("t") as conn:
+        conn.execute("SET LOCAL enable_seqscan = off")
+        [(statement, params)] = AttributeWorker().statements(ctx)
+        text = "\n".join(r[0] for r in conn.execute("EXPLAIN " + statement, params))
+    conds = [line for line in text.splitlines() if "Index Cond" in line]
+    assert any("subject_lower = 'alice'" in line for line in conds), text
+
+
 # -- graph -------------------------------------------------------------------------------------------
 
 @pytest.fixture
