@@ -10,7 +10,8 @@
 --            walk reads at most (types x entity_memories) index entries per entity.
 -- A memory's hops is the fewest entity hops among the reached entities that offered it, entity_hits
 -- the number of them; rows come hops first, then entity_hits desc, then the most recent.
--- migrations/versions/0007_bounded_graph_walk.py gives memoria.graph_walk (the AGE path) the same walk.
+-- Migration 0007 (migrations/versions/0007_bounded_graph_walk_attribute_subject.py) gives
+-- memoria.graph_walk (the AGE path) the same walk.
 WITH RECURSIVE walk(entity_id, hops) AS (
     SELECT e.id, 0
     FROM memoria.entities e

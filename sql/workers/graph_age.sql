@@ -9,8 +9,8 @@
 --   result   = hops = min entity hops + 1 over the entities that offered the memory, entity_hits =
 --              how many of them; hops, then entity_hits desc, then memory id desc
 -- The walk is the SECURITY DEFINER function memoria.graph_walk, whose SQL lives in migration 0007
--- (migrations/versions/0007_bounded_graph_walk.py; 0003 made the graph functions): the label tables
--- cannot have row-level security (PostgreSQL would then refuse AGE's non-leakproof graphid and agtype
+-- (migrations/versions/0007_bounded_graph_walk_attribute_subject.py; 0003 made the graph functions):
+-- the label tables cannot have row-level security (PostgreSQL would then refuse AGE's non-leakproof graphid and agtype
 -- operators as index conditions), so memoria_app has no privilege on them and the function reads them
 -- for the tenant of the transaction (memoria.tenant), which it checks on the seeds, on the reached
 -- entities and on the memories (memory_entities is also under row-level security for the owner).
