@@ -58,6 +58,8 @@ class Config:
     # and each reached entity offers at most graph_entity_memories memories (the most recent first).
     graph_fanout: int = 10
     graph_entity_memories: int = 100
+    # Memories checked positionally per query phrase: its rarest term's postings, in impact order.
+    phrase_candidates: int = 500
     fusion_semantic_weight: float = 0.5
     # How the final CTE fuses the sources into the retrieval score: "score" = weighted sum of each
     # source's min-max normalized scores; "rrf" = weighted reciprocal-rank fusion (rrf_k, rrf_depth).
@@ -118,7 +120,7 @@ class Config:
             raise ConfigError(f"fusion_method must be one of {list(FUSION_METHODS)}, got {self.fusion_method!r}")
         for name in ("top_k", "ranking_candidate_limit", "retrieval_deadline_ms", "worker_limit",
                      "embedding_dim", "pool_max_size", "ingest_batch_size", "ingest_writers",
-                     "graph_fanout", "graph_entity_memories"):
+                     "graph_fanout", "graph_entity_memories", "phrase_candidates"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
 

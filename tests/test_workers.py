@@ -215,6 +215,19 @@ def test_phrase_ranks_memories_matching_more_phrases_first(system):
     assert hits[0].detail["matched"] == 2
 
 
+def test_phrase_checks_at_most_phrase_candidates_memories_per_phrase(system):
+    """The anchor term's postings are read in impact order (the term in the shortest memories first),
+    at most phrase_candidates of them: the longer memories are never checked."""
+    fillers = ["", " one", " one two", " one two three", " one two three four"]
+    ids = system.store_many([{"content": f"quarterly review{f}", "tenant": "t"} for f in fillers]).ids
+    phrase = processed("x", phrases=["quarterly review"])
+    assert {h.memory_id for h in run(system, PhraseWorker(), phrase)} == set(ids)
+    capped = run(system, PhraseWorker(), phrase, config=system.config.replace(phrase_candidates=2))
+    assert {h.memory_id for h in capped} == set(ids[:2])
+    assert [h.memory_id for h in run(system, PhraseWorker(), phrase,
+                                     config=system.config.replace(phrase_candidates=2))] == [h.memory_id for h in capped]
+
+
 # -- attribute ---------------------------------------------------------------------------------------
 
 def test_attribute_exact_subject_and_attribute_have_distance_zero(system):

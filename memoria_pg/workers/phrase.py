@@ -8,7 +8,8 @@ from .base import Worker, WorkerContext
 
 
 class PhraseWorker(Worker):
-    """Positional full-text match of the query's phrases."""
+    """Positional full-text match of the query's phrases, over at most Config.phrase_candidates
+    memories per phrase (its rarest term's postings in impact order)."""
 
     name = "phrase"
     sql_name = "workers/phrase"
@@ -20,7 +21,8 @@ class PhraseWorker(Worker):
                 term_phrase.append(ordinal)
                 terms.append(term)
         return {"phrases": list(ctx.query.phrases), "term_phrase": term_phrase, "terms": terms,
-                "memory_type": shard.memory_type, "limit": ctx.limit}
+                "memory_type": shard.memory_type, "limit": ctx.limit,
+                "per_phrase": ctx.config.phrase_candidates}
 
     def score(self, row: dict[str, Any]) -> float:
         return float(row["matched"]) + float(row["score"])

@@ -3,6 +3,10 @@
 -- Candidates come from the BM25 postings of each phrase's rarest term (equality lookups, which
 -- row-level security lets use the index; the tsvector @@ operator is not leakproof, so under RLS
 -- PostgreSQL would not use the GIN index for it), and only those rows are checked positionally.
+-- At most %(per_phrase)s postings per phrase (Config.phrase_candidates), read in impact order (the
+-- BM25 term-frequency factor: the term most frequent in the shortest memories first, then the most
+-- recent), so a phrase whose rarest term is in tens of thousands of memories costs a bounded number
+-- of positional checks; a memory past that many postings of the anchor term is not looked at.
 WITH phrase AS (
     SELECT p.ord, p.phrase, phraseto_tsquery('simple', p.phrase) AS q
     FROM unnest(%(phrases)s::text[]) WITH ORDINALITY AS p(phrase, ord)
@@ -15,10 +19,16 @@ WITH phrase AS (
     ) d ON true
     ORDER BY t.ord, coalesce(d.df, 0), t.term
 ), candidate AS (
-    SELECT DISTINCT a.ord, mt.memory_id, mt.memory_type
+    SELECT a.ord, p.memory_id, p.memory_type
     FROM anchor a
-    JOIN memoria.memory_terms mt ON mt.tenant = current_setting('memoria.tenant') AND mt.term = a.term
-    WHERE %(memory_type)s::text IS NULL OR mt.memory_type = %(memory_type)s::text
+    CROSS JOIN LATERAL (
+        SELECT mt.memory_id, mt.memory_type
+        FROM memoria.memory_terms mt
+        WHERE mt.tenant = current_setting('memoria.tenant') AND mt.term = a.term
+          AND (%(memory_type)s::text IS NULL OR mt.memory_type = %(memory_type)s::text)
+        ORDER BY mt.impact DESC, mt.memory_id DESC
+        LIMIT %(per_phrase)s
+    ) p
 )
 SELECT m.id AS memory_id, m.memory_type,
        count(*) AS matched,
