@@ -7,7 +7,7 @@ import concurrent.futures
 import datetime as dt
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +49,9 @@ class StoreResult:
     inserted: int = 0
     duplicates: int = 0
     ids: list[int | None] = field(default_factory=list)  # per record; the existing id is not looked up
-    copy_rows: int = 0  # rows sent with COPY (memories + terms + entities + attributes)
+    # rows staged: memories + their BM25 terms + entities + attributes (a memory's terms and entities
+    # travel as arrays in its COPY row)
+    copy_rows: int = 0
 
 
 @dataclass
@@ -241,9 +243,11 @@ class Ingestor:
         """
         writers = max(1, int(writers))
         total = StoreResult()
-        pending: collections.deque[tuple[concurrent.futures.Future[StoreResult], int]] = collections.deque()
+        # (write, batch size, the batch's keys) of the batches being written
+        pending: collections.deque[tuple[concurrent.futures.Future[StoreResult], int, set[_Key]]] = \
+            collections.deque()
 
-        def collect(future: concurrent.futures.Future[StoreResult], size: int) -> None:
+        def collect(future: concurrent.futures.Future[StoreResult], size: int, keys: set[_Key] = frozenset()) -> None:
             result = future.result()
             total.inserted += result.inserted
             total.duplicates += result.duplicates
@@ -258,17 +262,22 @@ class Ingestor:
                     prepared = self.prepare_batch(batch, wheres)
                     while len(pending) >= writers:
                         collect(*pending.popleft())
-                    pending.append((pool.submit(self._write, prepared), len(batch)))
+                    # A memory whose key a batch still being written also inserts would wait at its
+                    # INSERT for that whole transaction to end: it goes in last (see _write_batch).
+                    in_flight = set().union(*(keys for future, _, keys in pending if not future.done()))
+                    late = {i for i, p in enumerate(prepared) if _key(p) in in_flight}
+                    pending.append((pool.submit(self._write, prepared, late), len(batch),
+                                    {_key(p) for p in prepared}))
                 while pending:
                     collect(*pending.popleft())
             except BaseException:
                 # Let the batches in flight end; an earlier batch's failure is the error to report.
                 while pending:
-                    future, size = pending.popleft()
+                    future, size, _ = pending.popleft()
                     try:
                         collect(future, size)
                     except BaseException as earlier:
-                        for later, _ in pending:
+                        for later, _, _ in pending:
                             concurrent.futures.wait([later])
                         pending.clear()
                         raise earlier from None
@@ -289,20 +298,30 @@ class Ingestor:
         for p, vector in zip(missing, vectors):
             p.record.embedding = vector
 
-    def _write(self, prepared: list[_Prepared]) -> StoreResult:
+    def _write(self, prepared: list[_Prepared], late: Collection[int] = ()) -> StoreResult:
         try:
-            return self._write_batch(prepared)
+            try:
+                return self._write_batch(prepared, late)
+            except psycopg.errors.DeadlockDetected:
+                if not late:
+                    raise
+                # Late memories lock their keys out of key order: a cycle with another writer is
+                # possible (PostgreSQL detects it and rolled this batch back). Once more, in key order.
+                return self._write_batch(prepared)
         except (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable) as exc:
             # A schema older than this library (e.g. no memories.context before 0006); nothing was written.
             raise SchemaError(f"the database schema is older than this library ({exc.diag.message_primary}): "
                               "run `memoria-pg db upgrade`") from exc
 
-    def _write_batch(self, prepared: list[_Prepared]) -> StoreResult:
+    def _write_batch(self, prepared: list[_Prepared], late: Collection[int] = ()) -> StoreResult:
+        """Write one batch in one transaction. The memories at the positions in `late` are inserted
+        after the others: a concurrent batch that inserts the same key holds it until it commits,
+        and the rest of this batch's work need not wait for that (what is inserted is the same)."""
         result = StoreResult(ids=[None] * len(prepared))
         by_tenant: dict[str, list[int]] = {}
-        seen: set[tuple[str, str, str]] = set()
+        seen: set[_Key] = set()
         for i, p in enumerate(prepared):
-            key = (p.tenant, p.memory_type, p.dedup_key)
+            key = _key(p)
             if key in seen:  # a duplicate inside the batch itself
                 result.duplicates += 1
                 continue
@@ -312,20 +331,28 @@ class Ingestor:
         # in key order; so two writers whose batches share tenants (store_many's parallel writers, or
         # two processes) always lock in the same global order and never deadlock.
         tenants = sorted(by_tenant)
+        staged = {i for rows in by_tenant.values() for i in rows}
+        late_tenants = sorted({prepared[i].tenant for i in late if i in staged})
         with self.db.connection() as conn, conn.transaction():
             conn.execute(load_sql("ingest/stage"))
             # DELETE, not TRUNCATE: truncating a temp table swaps its files and takes an exclusive
             # lock each time.
-            for table in ("stage_memories", "stage_terms", "stage_entities", "stage_attributes"):
+            for table in ("stage_memories", "stage_attributes"):
                 conn.execute(f"DELETE FROM {table}")
             # One COPY per table for the whole batch; every statement below reads its tenant's rows.
-            result.copy_rows += self._copy(conn, prepared, [i for t in tenants for i in by_tenant[t]])
+            result.copy_rows += self._copy(conn, prepared, [i for t in tenants for i in by_tenant[t]], late)
             # 1. Rows only this batch writes: memories (and their index entries: the bulk of the work),
             #    postings, attributes. They lock nothing another batch needs, except the dedup key of
-            #    a memory both batches insert (the second waits for the first to finish).
+            #    a memory both batches insert (the second waits for the first to finish): so the late
+            #    memories, whose keys a batch in flight inserts, go in after all the others.
             for tenant in tenants:
                 set_tenant(conn, tenant)
-                conn.execute(load_sql("ingest/insert_memories"))
+                conn.execute(load_sql("ingest/insert_memories"), {"late": False})
+            for tenant in late_tenants:
+                set_tenant(conn, tenant)
+                conn.execute(load_sql("ingest/insert_memories"), {"late": True})
+            for tenant in tenants:
+                set_tenant(conn, tenant)
                 conn.execute(load_sql("ingest/insert_terms"), {"k1": self.k1, "b": self.b})
                 conn.execute(load_sql("ingest/insert_attributes"))
             # 2. Shared rows every batch of a tenant updates (shard statistics, document frequencies,
@@ -348,39 +375,42 @@ class Ingestor:
                     result.inserted += 1
         return result
 
-    def _copy(self, conn: psycopg.Connection, prepared: list[_Prepared], rows: list[int]) -> int:
+    def _copy(self, conn: psycopg.Connection, prepared: list[_Prepared], rows: list[int],
+              late: Collection[int] = ()) -> int:
+        """COPY the batch into the stage: one row per memory (its terms and entities as arrays), one
+        per attribute; returns the number of rows staged (StoreResult.copy_rows)."""
         count = 0
         with conn.cursor() as cur:
             with cur.copy("COPY stage_memories (row_no, tenant, memory_type, external_id, dedup_key, "
-                          "content, context, metadata, importance, pinned, created_at, embedding, doc_len) "
-                          "FROM STDIN (FORMAT BINARY)") as copy:
+                          "content, context, metadata, importance, pinned, created_at, embedding, doc_len, "
+                          "terms, tfs, entity_names, entity_norms, late) FROM STDIN (FORMAT BINARY)") as copy:
                 copy.set_types(["int4", "text", "text", "text", "text", "text", "text", "jsonb", "float4",
-                                "bool", "timestamptz", "vector", "int4"])
+                                "bool", "timestamptz", "vector", "int4", "text[]", "int4[]", "text[]", "text[]",
+                                "bool"])
                 for i in rows:
                     p, r = prepared[i], prepared[i].record
                     copy.write_row((i, p.tenant, p.memory_type, r.external_id, p.dedup_key, r.content, r.context,
                                     psycopg.types.json.Jsonb(r.metadata), r.importance, bool(r.pinned),
-                                    r.created_at, r.embedding, p.doc_len))
-                    count += 1
-            with cur.copy("COPY stage_terms (row_no, term, tf) FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(["int4", "text", "int4"])
-                for i in rows:
-                    for term, tf in prepared[i].terms.items():
-                        copy.write_row((i, term, tf))
-                        count += 1
-            with cur.copy("COPY stage_entities (row_no, name, norm_name) FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(["int4", "text", "text"])
-                for i in rows:
-                    for name in prepared[i].entities:
-                        copy.write_row((i, name, normalize_entity(name)))
-                        count += 1
-            with cur.copy("COPY stage_attributes (row_no, subject, attribute, value) FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(["int4", "text", "text", "text"])
-                for i in rows:
-                    for subject, attribute, value in prepared[i].attributes:
-                        copy.write_row((i, subject, attribute.lower(), value))
-                        count += 1
+                                    r.created_at, r.embedding, p.doc_len, list(p.terms), list(p.terms.values()),
+                                    p.entities, [normalize_entity(name) for name in p.entities], i in late))
+                    count += 1 + len(p.terms) + len(p.entities)
+            if any(prepared[i].attributes for i in rows):
+                with cur.copy("COPY stage_attributes (row_no, subject, attribute, value) "
+                              "FROM STDIN (FORMAT BINARY)") as copy:
+                    copy.set_types(["int4", "text", "text", "text"])
+                    for i in rows:
+                        for subject, attribute, value in prepared[i].attributes:
+                            copy.write_row((i, subject, attribute.lower(), value))
+                            count += 1
         return count
+
+
+_Key = tuple[str, str, str]
+
+
+def _key(p: _Prepared) -> _Key:
+    """What makes a memory a duplicate: tenant, memory type and dedup key (content hash or external id)."""
+    return p.tenant, p.memory_type, p.dedup_key
 
 
 def as_vector(value: object, what: str) -> np.ndarray:

@@ -8,6 +8,7 @@ already in flight, and every batch is still all-or-nothing.
 from __future__ import annotations
 
 import random
+import threading
 
 import psycopg
 import pytest
@@ -117,7 +118,8 @@ def test_a_failed_write_is_raised_and_its_batch_written_not_at_all(system, dsn):
 
     def fail_once(conn, tenant):
         calls.append(tenant)
-        if len(calls) == 2:  # the second batch's
+        # The second batch's (not the second call's: the two writers' batches may end in either order)
+        if conn.execute("SELECT 1 FROM stage_memories WHERE content = 'entry 8'").fetchone():
             raise RuntimeError("graph mirror unavailable")
         if writer is not None:
             writer(conn, tenant)
@@ -136,6 +138,94 @@ def test_a_failed_write_is_raised_and_its_batch_written_not_at_all(system, dsn):
     # Re-running stores what is missing and nothing twice.
     again = system.store_many(data, batch_size=8, writers=2)
     assert again.inserted == 40 - len(contents) and again.duplicates == len(contents)
+
+
+def test_late_memories_leave_what_the_same_batch_leaves_in_key_order(config, admin_dsn, template_dsn):
+    """_write with some memories marked late (inserted after the others) stores exactly what the
+    plain write stores: memories, postings, statistics, entities, edges, attributes and ids."""
+    from tests.conftest import TEMPLATE, create_database, drop_database
+
+    data = records(60, seed=11)
+    results, states = {}, {}
+    for late in ((), set(range(0, 60, 3))):
+        name, dsn = create_database(admin_dsn, TEMPLATE)
+        try:
+            with MemorySystem(config.replace(dsn=dsn), embedder=HashEmbedder()) as system:
+                system.store_many(data[:20], batch_size=20)  # some of the batch is already stored
+                results[bool(late)] = system.ingestor._write(system.ingestor.prepare_batch(data[10:]), late)
+                with psycopg.connect(dsn) as conn:
+                    stored = {r[0]: r[1:] for r in conn.execute("SELECT id, tenant, memory_type, content "
+                                                                 "FROM memoria.memories")}
+            states[bool(late)] = state(dsn)
+        finally:
+            drop_database(admin_dsn, name)
+        result = results[bool(late)]
+        for record, memory_id in zip(data[10:], result.ids):
+            if memory_id is not None:
+                assert stored[memory_id] == (record["tenant"], record["memory_type"], record["content"])
+    plain, late = results[False], results[True]
+    assert late.inserted > 0 and late.duplicates >= 10
+    assert (late.inserted, late.duplicates, late.copy_rows) == (plain.inserted, plain.duplicates, plain.copy_rows)
+    assert [i is None for i in late.ids] == [i is None for i in plain.ids]
+    assert states[True] == states[False]
+
+
+def test_a_memory_whose_key_a_batch_in_flight_inserts_is_written_late(system, dsn):
+    """store_batches marks the memories of a batch whose key a batch still being written also
+    inserts; the first batch is held until the second is submitted, so it is surely in flight."""
+    ingestor = system.ingestor
+    write = ingestor._write
+    second_submitted = threading.Event()
+    lates: list[set[int]] = []
+
+    def gated(prepared, late=()):
+        lates.append(set(late))
+        if len(lates) == 1:
+            assert second_submitted.wait(30)
+        else:
+            second_submitted.set()
+        return write(prepared, late)
+
+    ingestor._write = gated
+    first = [{"content": f"first batch note {i}", "tenant": "t"} for i in range(4)]
+    second = [{"content": "a new note", "tenant": "t"}, dict(first[2]), {"content": "first batch note 1",
+                                                                      "tenant": "u"}, dict(first[0])]
+    result = system.store_many(first + second, batch_size=4, writers=2)
+    assert lates == [set(), {1, 3}]  # the same tenant, type and content; not the other tenant's
+    assert result.inserted == 6 and result.duplicates == 2
+    # one copy of each repeated note got an id (which one: whichever batch inserted it first)
+    assert [(result.ids[a] is None) + (result.ids[b] is None) for a, b in ((2, 5), (0, 7))] == [1, 1]
+    assert counts_of(dsn) == (6, 6)
+
+
+def test_a_deadlock_of_late_memories_is_retried_in_key_order(system, dsn):
+    ingestor = system.ingestor
+    write_batch = ingestor._write_batch
+    calls: list[set[int]] = []
+
+    def deadlock_first(prepared, late=()):
+        calls.append(set(late))
+        if len(calls) == 1:
+            raise psycopg.errors.DeadlockDetected("deadlock detected")
+        return write_batch(prepared, late)
+
+    ingestor._write_batch = deadlock_first
+    prepared = ingestor.prepare_batch([{"content": f"note {i}", "tenant": "t"} for i in range(5)])
+    result = ingestor._write(prepared, {1, 2})
+    assert calls == [{1, 2}, set()]
+    assert result.inserted == 5 and counts_of(dsn) == (5, 5)
+    # Without late memories the batch took its locks in key order: a deadlock is not retried.
+    calls.clear()
+    with pytest.raises(psycopg.errors.DeadlockDetected):
+        ingestor._write(ingestor.prepare_batch([{"content": "another note", "tenant": "t"}]))
+    assert calls == [set()]
+
+
+def counts_of(dsn: str) -> tuple[int, int]:
+    """(memories, BM25 documents) over all tenants."""
+    with psycopg.connect(dsn) as conn:
+        return (conn.execute("SELECT count(*) FROM memoria.memories").fetchone()[0],
+                conn.execute("SELECT coalesce(sum(n_docs), 0) FROM memoria.bm25_docs").fetchone()[0])
 
 
 def hnsw_options(dsn: str) -> set[str]:

@@ -2,7 +2,8 @@
 -- link memories to entities, and count co-occurrence edges in both directions.
 WITH mentions AS (
     SELECT DISTINCT s.memory_id, s.memory_type, e.name, e.norm_name
-    FROM stage_entities e JOIN stage_memories s USING (row_no)
+    FROM stage_memories s
+    CROSS JOIN LATERAL unnest(s.entity_names, s.entity_norms) AS e (name, norm_name)
     WHERE s.tenant = current_setting('memoria.tenant') AND s.memory_id IS NOT NULL
 ), upserted AS (
     INSERT INTO memoria.entities AS en (tenant, name, norm_name)

@@ -1,6 +1,6 @@
--- Insert the staged memories of the current tenant; duplicates (same tenant, type and dedup key)
--- are skipped, and each new row's id is written back to the stage. Rows go in key order: two
--- writers whose batches share keys then wait for each other in one order and never deadlock.
+-- Insert the staged memories of the current tenant, the late ones or the others; duplicates
+-- (same tenant, type and dedup key) are skipped, and each new row's id is written back to the stage.
+-- Rows go in key order: two writers whose batches share keys then wait for each other in one order.
 WITH inserted AS (
     INSERT INTO memoria.memories AS m
         (tenant, memory_type, external_id, dedup_key, content, context, metadata, importance, pinned,
@@ -8,7 +8,7 @@ WITH inserted AS (
     SELECT tenant, memory_type, external_id, dedup_key, content, context, metadata, importance, pinned,
            created_at, embedding, doc_len
     FROM stage_memories
-    WHERE tenant = current_setting('memoria.tenant')
+    WHERE tenant = current_setting('memoria.tenant') AND late = %(late)s
     ORDER BY memory_type, dedup_key
     ON CONFLICT (tenant, memory_type, dedup_key) DO NOTHING
     RETURNING m.id, m.memory_type, m.dedup_key

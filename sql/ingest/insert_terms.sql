@@ -3,7 +3,7 @@
 -- statistics are read, not locked (update_docs.sql adds to them at the end of the batch): impact
 -- only orders the postings, scores are recomputed from tf, doc_len and the current statistics.
 WITH new_docs AS (
-    SELECT row_no, memory_id, memory_type, doc_len FROM stage_memories
+    SELECT memory_id, memory_type, doc_len, terms, tfs FROM stage_memories
     WHERE tenant = current_setting('memoria.tenant') AND memory_id IS NOT NULL
 ), stats AS (
     SELECT b.memory_type,
@@ -15,6 +15,6 @@ WITH new_docs AS (
 INSERT INTO memoria.memory_terms (tenant, memory_type, term, memory_id, tf, doc_len, impact)
 SELECT current_setting('memoria.tenant'), n.memory_type, t.term, n.memory_id, t.tf, n.doc_len,
        t.tf * (%(k1)s + 1) / (t.tf + %(k1)s * (1 - %(b)s + %(b)s * n.doc_len / greatest(s.avg_len, 1e-9)))
-FROM stage_terms t
-JOIN new_docs n USING (row_no)
+FROM new_docs n
 JOIN stats s USING (memory_type)
+CROSS JOIN LATERAL unnest(n.terms, n.tfs) AS t (term, tf)

@@ -1,4 +1,6 @@
--- Staging tables for one ingest batch; they vanish with the transaction.
+-- Staging tables for one ingest batch; they vanish with the transaction. A memory's BM25 terms and
+-- entities travel with it as arrays (one COPY row per memory, unnested by the statements that read
+-- them): a row per posting would be ~15 rows per memory, each scanned once per tenant of the batch.
 CREATE TEMP TABLE IF NOT EXISTS stage_memories (
     row_no integer NOT NULL,
     tenant text NOT NULL,
@@ -13,8 +15,11 @@ CREATE TEMP TABLE IF NOT EXISTS stage_memories (
     created_at timestamptz NOT NULL,
     embedding vector(384) NOT NULL,
     doc_len integer NOT NULL,
+    terms text[] NOT NULL,        -- distinct BM25 terms
+    tfs integer[] NOT NULL,       -- their frequencies, in the same order
+    entity_names text[] NOT NULL, -- distinct entity names
+    entity_norms text[] NOT NULL, -- their normalized forms, in the same order
+    late boolean NOT NULL,        -- inserted after the others (a batch in flight inserts its key too)
     memory_id bigint
 ) ON COMMIT DROP;
-CREATE TEMP TABLE IF NOT EXISTS stage_terms (row_no integer NOT NULL, term text NOT NULL, tf integer NOT NULL) ON COMMIT DROP;
-CREATE TEMP TABLE IF NOT EXISTS stage_entities (row_no integer NOT NULL, name text NOT NULL, norm_name text NOT NULL) ON COMMIT DROP;
 CREATE TEMP TABLE IF NOT EXISTS stage_attributes (row_no integer NOT NULL, subject text NOT NULL, attribute text NOT NULL, value text NOT NULL) ON COMMIT DROP;
