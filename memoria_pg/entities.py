@@ -60,6 +60,9 @@ def capitalized_names(text: str) -> list[str]:
     return [name for _, name in _capitalized(text)]
 
 
+_SENTENCE_GAP = re.compile(r"[.!?:\n\"“«]")  # between two words: the second may start a sentence
+
+
 def _capitalized(text: str) -> list[tuple[int, str]]:
     words = list(WORD.finditer(text))
     names: list[tuple[int, str]] = []
@@ -67,7 +70,7 @@ def _capitalized(text: str) -> list[tuple[int, str]]:
     for i, m in enumerate(words):
         word, key = m.group(), m.group().casefold()
         gap = text[words[i - 1].end():m.start()] if i else text[:m.start()]
-        initial = i == 0 or (bool(re.search(r"[.!?:\n\"“«]", gap))
+        initial = i == 0 or (bool(_SENTENCE_GAP.search(gap))
                              and not (words[i - 1].group().casefold() in TITLES and gap.strip() == "."))
         joined = bool(run) and not initial and gap in (" ", "\t")
         capital = word[0].isupper() and key not in NEVER_NAMES and key not in TITLES
@@ -227,7 +230,29 @@ ATTRIBUTE_PATTERNS: tuple[tuple[str, str | None], ...] = (
     (rf"{SUBJ}[ \t]+(?:really[ \t]+)?(?:likes?|loves?|enjoys?)[ \t]+{VALUE}", "likes"),
     (rf"{SUBJ}[ \t]+(?:prefers?)[ \t]+{VALUE}", "prefers"),
 )
-_COMPILED = [(re.compile(p), a) for p, a in ATTRIBUTE_PATTERNS]
+# Words that every match of the pattern at the same position in ATTRIBUTE_PATTERNS contains (one of
+# them at least): a text without any cannot match it, and is not searched with it. Most texts hold
+# none of most patterns' words, and a regular expression that starts with a name is slow to run over
+# a text. "\d": a digit.
+_NEEDLES: tuple[str, ...] = (
+    "named|called",
+    "named|called",
+    "dog|cat|puppy|kitten|hamster|rabbit|bird|parrot|fish|horse|pony|snake|turtle|pet",
+    "'s|’s|my|My",
+    "live|resid",
+    "based|located|living|moved",
+    "work",
+    "work",
+    r"\d",
+    "born",
+    "born",
+    "born",
+    "from",
+    "married",
+    "like|love|enjoy",
+    "prefer",
+)
+_COMPILED = [(re.compile(p), a, re.compile(n)) for (p, a), n in zip(ATTRIBUTE_PATTERNS, _NEEDLES, strict=True)]
 MAX_VALUE_WORDS = 8
 
 
@@ -235,7 +260,9 @@ def extract_attributes(text: str, speaker: str | None = None) -> list[tuple[str,
     """(subject, attribute, value) triples; first-person subjects become `speaker` or are dropped."""
     taken: list[tuple[int, int]] = []
     found: list[tuple[int, tuple[str, str, str]]] = []
-    for pattern, attribute in _COMPILED:
+    for pattern, attribute, needle in _COMPILED:
+        if not needle.search(text):
+            continue
         for m in pattern.finditer(text):
             if any(m.start() < end and start < m.end() for start, end in taken):
                 continue
