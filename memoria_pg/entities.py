@@ -68,7 +68,13 @@ def _capitalized(text: str) -> list[tuple[int, str]]:
     names: list[tuple[int, str]] = []
     run: list[re.Match[str]] = []
     for i, m in enumerate(words):
-        word, key = m.group(), m.group().casefold()
+        word = m.group()
+        key = word.casefold()
+        if not word[0].isupper() and key not in CONNECTORS:  # most words: the end of any run
+            if run:
+                _close(run, text, names)
+                run = []
+            continue
         gap = text[words[i - 1].end():m.start()] if i else text[:m.start()]
         initial = i == 0 or (bool(_SENTENCE_GAP.search(gap))
                              and not (words[i - 1].group().casefold() in TITLES and gap.strip() == "."))
