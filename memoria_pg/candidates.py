@@ -9,6 +9,7 @@ import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 
+from .db import schema_current
 from .resources import load_sql
 from .types import CandidateRecord, SourceHit
 
@@ -78,7 +79,7 @@ def build_candidates(conn: psycopg.Connection, hits: Mapping[str, Sequence[Sourc
     # Binary results: 200 embeddings arrive as raw float32 instead of 76,800 numbers printed and
     # parsed back (the text parse was most of this statement's time). Same values: the SQL sends
     # `importance` as text, because a binary real is its float32 value, not the decimal it prints.
-    with conn.cursor(row_factory=dict_row, binary=True) as cur:
+    with conn.cursor(row_factory=dict_row, binary=True) as cur, schema_current():
         rows = cur.execute(load_sql("final_candidates"), params).fetchall()
     return [_candidate(row, details) for row in rows]
 

@@ -153,6 +153,17 @@ class Database:
         self.pool.close()
 
 
+@contextlib.contextmanager
+def schema_current() -> Iterator[None]:
+    """Turns a statement's missing table or column into SchemaError: the database's schema is
+    older than this library (its transaction rolls back, so nothing was written)."""
+    try:
+        yield
+    except (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable) as exc:
+        raise SchemaError(f"the database schema is older than this library ({exc.diag.message_primary}): "
+                          "run `memoria-pg db upgrade`") from exc
+
+
 def set_tenant(conn: psycopg.Connection, tenant: str) -> None:
     conn.execute("SELECT set_config('memoria.tenant', %s, true)", (tenant,))
 

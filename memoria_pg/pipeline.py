@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .candidates import build_candidates, filter_by_type, retrieval_order
+from .db import schema_current
 from .diagnostics import Diagnostics
 from .errors import InputError
 from .ingest import as_vector
@@ -201,13 +202,14 @@ def _finish(system, query, route, candidates, top_k, ranking, diag, t_start, tra
 
 
 def _record_access(system, tenant: str, returned) -> None:
-    with system.db.transaction(tenant) as conn:
-        # The rows are locked in id order first: concurrent queries returning overlapping memories
-        # in different orders would otherwise deadlock on each other's row locks.
+    with system.db.transaction(tenant) as conn, schema_current():
+        # An upsert into memory_access, not an update of the memories (their shards stay
+        # all-visible for the vector worker's index-only scans). Rows go in id order: concurrent
+        # queries returning overlapping memories in different orders would otherwise deadlock.
         conn.execute(
-            "WITH target AS (SELECT id, memory_type FROM memoria.memories "
-            "WHERE tenant = current_setting('memoria.tenant') AND (id, memory_type) IN "
-            "(SELECT * FROM unnest(%s::bigint[], %s::text[])) ORDER BY id FOR UPDATE) "
-            "UPDATE memoria.memories m SET access_count = m.access_count + 1, last_accessed_at = now() "
-            "FROM target t WHERE m.id = t.id AND m.memory_type = t.memory_type",
-            ([c.memory_id for c in returned], [c.memory_type for c in returned]))
+            "INSERT INTO memoria.memory_access AS a (memory_id, tenant, access_count, last_accessed_at) "
+            "SELECT DISTINCT id, current_setting('memoria.tenant'), 1, now() FROM unnest(%s::bigint[]) AS u(id) "
+            "ORDER BY id "
+            "ON CONFLICT (memory_id) DO UPDATE SET access_count = a.access_count + 1, "
+            "last_accessed_at = excluded.last_accessed_at",
+            ([c.memory_id for c in returned],))

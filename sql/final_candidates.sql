@@ -48,9 +48,10 @@ SELECT c.memory_id, c.sources, c.scores, c.ranks, c.retrieval_score,
        m.tenant, m.memory_type, m.content, m.metadata,
        m.importance::text AS importance,  -- as printed: the result is fetched in binary (candidates.py)
        m.created_at,
-       m.last_accessed_at, m.access_count, m.embedding
+       a.last_accessed_at, coalesce(a.access_count, 0) AS access_count, m.embedding
 FROM capped c
 JOIN memoria.memories m ON m.id = c.memory_id AND m.memory_type = c.memory_type
+LEFT JOIN memoria.memory_access a ON a.memory_id = c.memory_id  -- no row: never returned by a ranked query
 WHERE m.tenant = current_setting('memoria.tenant')
   AND m.id = ANY(%(ids)s::bigint[])  -- lets the planner probe each shard's id index with the whole list
 ORDER BY c.retrieval_score DESC, c.distance ASC NULLS LAST, c.memory_id

@@ -265,7 +265,7 @@ def test_concurrent_ranked_queries_do_not_deadlock_on_access_counts(config: Conf
 
         assert run_threads(client, 6) == []
     with psycopg.connect(dsn) as conn:
-        counts = dict(conn.execute("SELECT id, access_count FROM memoria.memories WHERE access_count > 0"))
+        counts = dict(conn.execute("SELECT memory_id, access_count FROM memoria.memory_access"))
     assert counts == dict(returned)  # and no update was lost
 
 

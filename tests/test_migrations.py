@@ -13,7 +13,7 @@ from memoria_pg.errors import ConfigError, ExtensionMissing, SchemaError, Server
 
 TENANT_TABLES = (
     "memories", "memory_terms", "bm25_terms", "bm25_docs", "entities", "memory_entities",
-    "entity_edges", "memory_attributes", "query_traces", "query_trace_candidates",
+    "entity_edges", "memory_attributes", "query_traces", "query_trace_candidates", "memory_access",
 )
 
 
@@ -162,6 +162,36 @@ def test_0007_bounds_the_walk_and_its_downgrade_restores_0003s(empty_dsn, server
     assert graph_functions(empty_dsn) == functions_0007
 
 
+def test_0008_moves_access_counts_to_their_table_and_back(empty_dsn):
+    """0008 copies the access statistics into memory_access (the library counts there from then on)
+    and fixes add_memory_type's column list; the downgrade copies the counts back and restores both."""
+    migrate.upgrade(empty_dsn, "0007")
+    vector = str(unit_vector(2).tolist())
+    function_0007 = scalar(empty_dsn, "SELECT pg_get_functiondef('memoria.add_memory_type'::regproc)")
+    with psycopg.connect(empty_dsn) as conn:
+        ids = [conn.execute(
+            "INSERT INTO memoria.memories (tenant, memory_type, dedup_key, content, embedding, doc_len, "
+            "access_count, last_accessed_at) VALUES ('t', 'general', %s, 'x', %s::vector, 1, %s, "
+            "CASE WHEN %s > 0 THEN timestamptz '2026-01-02' END) RETURNING id",
+            (f"k{n}", vector, n, n)).fetchone()[0] for n in (0, 3)]
+    migrate.upgrade(empty_dsn, "0008")
+    with psycopg.connect(empty_dsn) as conn:
+        rows = conn.execute("SELECT memory_id, tenant, access_count, last_accessed_at::date::text "
+                            "FROM memoria.memory_access").fetchall()
+        assert rows == [(ids[1], "t", 3, "2026-01-02")]  # the never-accessed memory has no row
+        # Counted after the upgrade (by this library), in memory_access only; the downgrade copies it back.
+        conn.execute("UPDATE memoria.memory_access SET access_count = 5")
+        conn.execute("INSERT INTO memoria.memory_access (memory_id, tenant, access_count, last_accessed_at) "
+                     "VALUES (%s, 't', 1, now())", (ids[0],))
+    assert "context" in scalar(empty_dsn, "SELECT pg_get_functiondef('memoria.add_memory_type'::regproc)")
+    migrate.downgrade(empty_dsn, "0007")
+    assert scalar(empty_dsn, "SELECT to_regclass('memoria.memory_access')") is None
+    with psycopg.connect(empty_dsn) as conn:
+        assert conn.execute("SELECT id, access_count, last_accessed_at IS NOT NULL FROM memoria.memories "
+                            "ORDER BY id").fetchall() == [(ids[0], 1, True), (ids[1], 5, True)]
+    assert scalar(empty_dsn, "SELECT pg_get_functiondef('memoria.add_memory_type'::regproc)") == function_0007
+
+
 def test_history_lists_the_initial_revision(dsn):
     history = migrate.history(dsn)
     assert history[0][:2] == ("0001", None)
@@ -208,8 +238,8 @@ def test_add_memory_type_creates_shard_and_moves_default_rows(dsn):
     with psycopg.connect(dsn) as conn:
         # A row of a type without a shard yet lands in the default partitions.
         memory_id = conn.execute(
-            "INSERT INTO memoria.memories (tenant, memory_type, dedup_key, content, embedding, doc_len) "
-            "VALUES ('t', 'recipe', 'k1', 'bake bread', %s::vector, 2) RETURNING id",
+            "INSERT INTO memoria.memories (tenant, memory_type, dedup_key, content, context, embedding, doc_len) "
+            "VALUES ('t', 'recipe', 'k1', 'bake bread', 'the oven is hot', %s::vector, 2) RETURNING id",
             (str(unit_vector(1).tolist()),)).fetchone()[0]
         conn.execute(
             "INSERT INTO memoria.memory_terms (tenant, memory_type, term, memory_id, tf, doc_len, impact) "
@@ -225,6 +255,7 @@ def test_add_memory_type_creates_shard_and_moves_default_rows(dsn):
     assert scalar(dsn, "SELECT count(*) FROM memoria.memories_default") == 0
     assert scalar(dsn, "SELECT count(*) FROM memoria.memory_terms_default") == 0
     assert scalar(dsn, "SELECT content FROM memoria.memories_recipe WHERE id = %s", (memory_id,)) == "bake bread"
+    assert scalar(dsn, "SELECT context FROM memoria.memories_recipe WHERE id = %s", (memory_id,)) == "the oven is hot"
     assert scalar(dsn, "SELECT term FROM memoria.memory_terms_recipe WHERE memory_id = %s", (memory_id,)) == "bread"
     assert scalar(dsn, "SELECT count(*) FROM memoria.memory_types WHERE name = 'recipe'") == 1
 

@@ -192,9 +192,16 @@ def test_retrieval_only_orders_by_retrieval_score(loaded):
 def test_ranked_query_records_access(loaded, dsn):
     response = loaded.query("Bob lives in Paris", tenant="t", top_k=1)
     with psycopg.connect(dsn) as conn:
-        count, accessed = conn.execute("SELECT access_count, last_accessed_at IS NOT NULL FROM memoria.memories "
-                                       "WHERE id = %s", (response.memories[0].memory_id,)).fetchone()
-    assert (count, accessed) == (1, True)
+        count, accessed = conn.execute("SELECT access_count, last_accessed_at IS NOT NULL FROM memoria.memory_access "
+                                       "WHERE memory_id = %s", (response.memories[0].memory_id,)).fetchone()
+        assert (count, accessed) == (1, True)
+        # The memories themselves are not updated (their shards stay all-visible for index-only scans).
+        assert conn.execute("SELECT xmin = (SELECT xmin FROM memoria.memories WHERE id = %s) "
+                            "FROM memoria.memories WHERE id = %s",
+                            (response.memories[0].memory_id,) * 2).fetchone()[0]
+    again = loaded.query("Bob lives in Paris", tenant="t", top_k=1)
+    assert again.memories[0].memory_id == response.memories[0].memory_id
+    assert again.candidates[0].access_count == 1  # read back by the final CTE
 
 
 # -- tenants and input -------------------------------------------------------------------------------

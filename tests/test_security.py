@@ -12,7 +12,8 @@ from memoria_pg.system import MemorySystem
 from memoria_pg.types import SourceHit
 
 TENANT_TABLES = ("memories", "memory_terms", "bm25_terms", "bm25_docs", "entities", "memory_entities",
-                 "entity_edges", "memory_attributes", "query_traces", "query_trace_candidates")
+                 "entity_edges", "memory_attributes", "query_traces", "query_trace_candidates",
+                 "memory_access")
 NASTY = ["O'Brien", 'say "hi"', "$$; DROP TABLE memoria.memories; --", "back\\slash", "{braces}",
          "semi;colon", "MATCH (n) DETACH DELETE n", "Zoë 東京 🚀", "%s %(x)s", "tab\there"]
 

@@ -293,8 +293,7 @@ def reset_access_counts(system, tenants: Iterable[str]) -> None:
     configuration starts from the same state."""
     for tenant in tenants:
         with system.db.transaction(tenant) as conn:
-            conn.execute("UPDATE memoria.memories SET access_count = 0, last_accessed_at = NULL "
-                         "WHERE tenant = current_setting('memoria.tenant') AND access_count > 0")
+            conn.execute("DELETE FROM memoria.memory_access WHERE tenant = current_setting('memoria.tenant')")
 
 
 def _scored(result: ConfigurationResult, dataset: Dataset, run: Mapping[str, Sequence[str]],
