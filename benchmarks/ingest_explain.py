@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     plans: dict[str, str] = {}
     with MemorySystem(config, auto_migrate=False) as system:
         ing = system.ingestor
+        ing.pipeline = False  # one statement at a time, to read each one's CPU
         db = ing.db
         state: dict = {}
 

@@ -170,6 +170,26 @@ def test_late_memories_leave_what_the_same_batch_leaves_in_key_order(config, adm
     assert states[True] == states[False]
 
 
+def test_statements_one_at_a_time_leave_what_the_pipeline_leaves(config, admin_dsn, template_dsn):
+    """Ingestor.pipeline = False (each statement on its own round trip, for profiling) writes the
+    same rows as the default pipeline mode."""
+    from tests.conftest import TEMPLATE, create_database, drop_database
+
+    data = records(80, seed=13)
+    states, results = {}, {}
+    for pipeline in (True, False):
+        name, dsn = create_database(admin_dsn, TEMPLATE)
+        try:
+            with MemorySystem(config.replace(dsn=dsn), embedder=HashEmbedder()) as system:
+                system.ingestor.pipeline = pipeline
+                results[pipeline] = system.store_many(data, batch_size=30)
+            states[pipeline] = state(dsn)
+        finally:
+            drop_database(admin_dsn, name)
+    assert (results[False].inserted, results[False].duplicates) == (results[True].inserted, results[True].duplicates)
+    assert states[False] == states[True] and states[True]["attributes"] and states[True]["edges"]
+
+
 def test_a_memory_whose_key_a_batch_in_flight_inserts_is_written_late(system, dsn):
     """store_batches marks the memories of a batch whose key a batch still being written also
     inserts; the first batch is held until the second is submitted, so it is surely in flight."""

@@ -23,3 +23,7 @@ CREATE TEMP TABLE IF NOT EXISTS stage_memories (
     memory_id bigint
 ) ON COMMIT DROP;
 CREATE TEMP TABLE IF NOT EXISTS stage_attributes (row_no integer NOT NULL, subject text NOT NULL, attribute text NOT NULL, value text NOT NULL) ON COMMIT DROP;
+-- Empty when they already existed (an earlier batch in the same transaction). DELETE, not TRUNCATE:
+-- truncating a temp table swaps its files and takes an exclusive lock each time.
+DELETE FROM stage_memories;
+DELETE FROM stage_attributes;
