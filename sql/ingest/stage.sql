@@ -21,7 +21,7 @@ CREATE TEMP TABLE IF NOT EXISTS stage_memories (
     entity_norms text[] NOT NULL, -- their normalized forms, in the same order
     late boolean NOT NULL,        -- inserted after the others (a batch in flight inserts its key too)
     memory_id bigint
-) ON COMMIT DROP;
+) WITH (toast_tuple_target = 8160) ON COMMIT DROP;  -- the row inline (the vector is 1.5 kB): no TOAST table writes
 CREATE TEMP TABLE IF NOT EXISTS stage_attributes (row_no integer NOT NULL, subject text NOT NULL, attribute text NOT NULL, value text NOT NULL) ON COMMIT DROP;
 -- Empty when they already existed (an earlier batch in the same transaction). DELETE, not TRUNCATE:
 -- truncating a temp table swaps its files and takes an exclusive lock each time.
