@@ -67,6 +67,14 @@ class _Prepared:
     attributes: list[tuple[str, str, str]]
 
 
+_Key = tuple[str, str, str]
+
+
+def _key(p: _Prepared) -> _Key:
+    """What makes a memory a duplicate: tenant, memory type and dedup key (content hash or external id)."""
+    return p.tenant, p.memory_type, p.dedup_key
+
+
 def _clean_text(value: object, what: str, where: str, max_chars: int) -> str:
     if not isinstance(value, str):
         raise InputError(f"{where}: {what} must be a string, got {type(value).__name__}")
@@ -239,9 +247,11 @@ class Ingestor:
         Batches are prepared (validated, tokenized, embedded) in this thread while up to `writers`
         earlier batches are written, each on its own pooled connection: at most `writers` prepared
         batches wait in memory, whatever the stream's length. Results and `progress` follow the
-        stream's order. On an error (a bad record, a failed write) no further batch is started, the
-        batches already being written finish (each commits or rolls back whole) and the first error
-        in stream order is raised; with writers > 1 a batch after a failed one may have committed.
+        stream's order. A memory whose key a batch still being written also inserts is written after
+        the rest of its batch (see _write_batch). On an error (a bad record, a failed write) no further
+        batch is started, the batches already being written finish (each commits or rolls back whole)
+        and the first error in stream order is raised; with writers > 1 a batch after a failed one may
+        have committed.
         """
         writers = max(1, int(writers))
         total = StoreResult()
@@ -249,7 +259,7 @@ class Ingestor:
         pending: collections.deque[tuple[concurrent.futures.Future[StoreResult], int, set[_Key]]] = \
             collections.deque()
 
-        def collect(future: concurrent.futures.Future[StoreResult], size: int, keys: set[_Key] = frozenset()) -> None:
+        def collect(future: concurrent.futures.Future[StoreResult], size: int) -> None:
             result = future.result()
             total.inserted += result.inserted
             total.duplicates += result.duplicates
@@ -263,7 +273,7 @@ class Ingestor:
                 for batch, wheres in batches:
                     prepared = self.prepare_batch(batch, wheres)
                     while len(pending) >= writers:
-                        collect(*pending.popleft())
+                        collect(*pending.popleft()[:2])
                     # A memory whose key a batch still being written also inserts would wait at its
                     # INSERT for that whole transaction to end: it goes in last (see _write_batch).
                     in_flight = set().union(*(keys for future, _, keys in pending if not future.done()))
@@ -271,7 +281,7 @@ class Ingestor:
                     pending.append((pool.submit(self._write, prepared, late), len(batch),
                                     {_key(p) for p in prepared}))
                 while pending:
-                    collect(*pending.popleft())
+                    collect(*pending.popleft()[:2])
             except BaseException:
                 # Let the batches in flight end; an earlier batch's failure is the error to report.
                 while pending:
@@ -338,7 +348,8 @@ class Ingestor:
             by_tenant.setdefault(p.tenant, []).append(i)
         # Tenants in one order for every batch, and within a tenant each statement takes its row locks
         # in key order; so two writers whose batches share tenants (store_many's parallel writers, or
-        # two processes) always lock in the same global order and never deadlock.
+        # two processes) always lock in the same global order and never deadlock. The late memories
+        # are the exception (_write retries a deadlock of theirs in key order).
         tenants = sorted(by_tenant)
         staged = {i for rows in by_tenant.values() for i in rows}
         late_tenants = sorted({prepared[i].tenant for i in late if i in staged})
@@ -411,14 +422,6 @@ class Ingestor:
                             copy.write_row((i, subject, attribute.lower(), value))
                             count += 1
         return count
-
-
-_Key = tuple[str, str, str]
-
-
-def _key(p: _Prepared) -> _Key:
-    """What makes a memory a duplicate: tenant, memory type and dedup key (content hash or external id)."""
-    return p.tenant, p.memory_type, p.dedup_key
 
 
 def as_vector(value: object, what: str) -> np.ndarray:
