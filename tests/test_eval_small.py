@@ -58,3 +58,17 @@ def test_scifact_v4_not_below_v3_and_bm25_matches_rank_bm25(admin_dsn: str, data
     worker, reference = (_value(result, n, "all", "ndcg@10") for n in ("bm25", "ref_bm25"))
     assert abs(worker - reference) <= BM25_DRIFT, \
         f"SciFact nDCG@10: BM25 worker {worker:.4f} vs rank_bm25 {reference:.4f} (allowed drift {BM25_DRIFT})"
+
+
+def test_conversation_loaders_store_turns_with_their_neighbours(data_root: Path):
+    from memoria_pg.eval import locomo, longmemeval
+
+    docs = locomo.load(data_root).documents
+    session = [d for d in docs if d.tenant == docs[0].tenant and d.metadata["session"] == 1]
+    assert session[3].context == "\n".join(d.content for d in session[1:3] + session[4:6])
+    assert session[0].context == "\n".join(d.content for d in session[1:3])
+    assert all(d.context is None for d in locomo.load(data_root, context_turns=0).documents)
+    turns = longmemeval.load(data_root).documents
+    first = [d for d in turns if d.metadata["session_id"] == turns[0].metadata["session_id"]
+             and d.tenant == turns[0].tenant]
+    assert first[1].context == f"{first[0].content}\n{first[2].content}"

@@ -10,7 +10,6 @@ import click
 from ..config import Config
 from ..errors import MemoriaError
 from .configurations import ALL_NAMES
-from .locomo import CONTEXT_TURNS
 from .runner import DATASETS, run_eval
 
 
@@ -57,8 +56,10 @@ def parse_settings(pairs: tuple[str, ...]) -> dict[str, object]:
               help="Config override for every data set, e.g. --set fusion_semantic_weight=0.6 (repeatable).")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="MEMORIA_EVAL_CACHE",
               help="Embedding cache folder (default: ~/.cache/memoria-pg/eval).")
-@click.option("--context-turns", type=click.IntRange(min=0), default=CONTEXT_TURNS, show_default=True,
-              help="Store each LoCoMo turn with this many previous turns of its session as context (0: none).")
+@click.option("--context-turns", type=click.IntRange(min=0), default=None,
+              help="Store each conversation turn (LoCoMo, LongMemEval) with this many turns before and after "
+                   "it in its session as context (0: none). Default: 2 for LoCoMo's short turns, 1 for "
+                   "LongMemEval's long ones.")
 @click.option("--keep-db", is_flag=True, help="Keep the evaluation databases instead of dropping them.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Results folder: writes OUT/<timestamp>/ and OUT/latest.md.")
@@ -66,7 +67,7 @@ def parse_settings(pairs: tuple[str, ...]) -> dict[str, object]:
 def eval_command(ctx: click.Context, data: Path | None, datasets: str, limit_queries: int | None,
                  max_tenants: int | None, corpus_limit: int | None, configs: str | None,
                  cross_encoder: str | None, dsn: str | None, age: bool, settings: tuple[str, ...],
-                 cache_dir: Path | None, context_turns: int, keep_db: bool, out: Path) -> None:
+                 cache_dir: Path | None, context_turns: int | None, keep_db: bool, out: Path) -> None:
     """Measure retrieval quality on LoCoMo, SciFact, HotpotQA and LongMemEval, print the table."""
     root = ctx.find_root().obj
     dsn = dsn or (root.dsn if isinstance(root, Config) else None)

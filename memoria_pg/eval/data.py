@@ -35,6 +35,16 @@ class Document:
     context: str | None = None  # stored as the memory's context (MemoryRecord.context)
 
 
+def neighbour_context(turns: list[str], i: int, n: int) -> str | None:
+    """The context of a conversation's turn i (memoria's MemoryRecord.context): the n turns before
+    and the n after it in the same session (`turns`), one per line; None when n is 0 or there are
+    none. A stored conversation is known whole, and a turn is often only understood with the
+    question it answers or the reply that confirms it."""
+    if n <= 0:
+        return None
+    return "\n".join(turns[max(0, i - n):i] + turns[i + 1:i + 1 + n]) or None
+
+
 @dataclass(frozen=True)
 class Query:
     """One question, asked of its tenant's memories; `relevant` are the doc_ids that answer it."""

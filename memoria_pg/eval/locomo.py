@@ -3,9 +3,9 @@
 Memory content is "Speaker: text", followed by " [shared an image: <blip_caption>]" when the turn
 shared a photo (the caption is the only trace of what the image showed, and questions ask about it).
 Metadata: speaker (the ingestor records it as an entity), dia_id, session number and date;
-created_at is the session's date. Context (MemoryRecord.context): the `context_turns` turns before it
-in the same session (default 2; 0 stores bare turns), because a chat turn is often only
-understandable after what it answers. One tenant per conversation (its sample_id). Every question is a
+created_at is the session's date. Context (MemoryRecord.context): the `context_turns` turns before
+and after it in the same session (default 2; 0 stores bare turns), because a chat turn is often
+only understandable with what it answers and what answers it. One tenant per conversation (its sample_id). Every question is a
 query whose answers are its evidence dia_ids; malformed ids ("D8:6; D9:17") are split on ';' and
 what still does not parse is skipped. Category 5 (adversarial: no answer in the conversation) is
 scored apart.
@@ -18,7 +18,7 @@ import json
 import re
 from pathlib import Path
 
-from .data import Dataset, Document, Query, require
+from .data import Dataset, Document, Query, neighbour_context, require
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 ADVERSARIAL = "adversarial"
@@ -49,7 +49,7 @@ def load(root: Path, *, context_turns: int = CONTEXT_TURNS) -> Dataset:
                                  group=CATEGORIES.get(int(qa["category"]), str(qa["category"]))))
     notes = [(f"{len(conversations)} conversations, {len(documents)} turns; {no_evidence} questions without "
               f"evidence left out; {skipped_ids} unparseable evidence ids skipped; context: the "
-              f"{context_turns} previous turn(s) of the session")]
+              f"{context_turns} turn(s) before and after in the session")]
     return Dataset("locomo", "locomo", documents, queries, notes)
 
 
@@ -82,12 +82,11 @@ def _turns(tenant: str, conversation: dict, context_turns: int) -> list[Document
         created = session_date(date_text)
         contents = [turn_content(turn) for turn in conversation[key]]
         for i, turn in enumerate(conversation[key]):
-            before = contents[max(0, i - context_turns):i] if context_turns > 0 else []
             out.append(Document(
                 doc_id=turn["dia_id"], tenant=tenant, content=contents[i], created_at=created,
                 metadata={"speaker": turn["speaker"], "dia_id": turn["dia_id"], "session": number,
                           "session_date": date_text, "conversation": tenant},
-                context="\n".join(before) or None))
+                context=neighbour_context(contents, i, context_turns)))
     return out
 
 

@@ -42,13 +42,14 @@ DATASETS = ("locomo", "scifact", "hotpotqa", "longmemeval")
 # How many memories each query returns: the deepest metric (BEIR recall@100), and for LongMemEval
 # enough turns to rank 10 distinct sessions.
 DEPTH = {"locomo": 50, "scifact": 100, "hotpotqa": 100, "longmemeval": 100}
-# Loaders take the data folder and how many previous turns a conversation turn is stored with as
-# its context (LoCoMo; LongMemEval's turns are long and stored alone, BEIR documents have none).
-LOADERS: dict[str, Callable[[Path, int], Dataset]] = {
-    "locomo": lambda root, context_turns: locomo.load(root, context_turns=context_turns),
+# Loaders take the data folder and how many turns before and after a conversation turn it is
+# stored with as its context (LoCoMo, LongMemEval; None: the loader's default; BEIR documents have
+# none).
+LOADERS: dict[str, Callable[[Path, int | None], Dataset]] = {
+    "locomo": lambda root, n: locomo.load(root, context_turns=locomo.CONTEXT_TURNS if n is None else n),
     "scifact": lambda root, _: beir.load(root, "scifact"),
     "hotpotqa": lambda root, _: beir.load(root, "hotpotqa"),
-    "longmemeval": lambda root, _: longmemeval.load(root),
+    "longmemeval": lambda root, n: longmemeval.load(root, context_turns=longmemeval.CONTEXT_TURNS if n is None else n),
 }
 Log = Callable[[str], None]
 
@@ -62,13 +63,14 @@ def run_eval(data: str | Path | None = None, datasets: Iterable[str] = DATASETS,
              configurations: Iterable[str] | None = None, cross_encoder: str | None = None,
              dsn: str | None = None, settings: Mapping[str, Any] | None = None, use_age: bool = False,
              cache_dir: str | Path | None = None, out: str | Path | None = None, keep_databases: bool = False,
-             context_turns: int = locomo.CONTEXT_TURNS, log: Log | None = None) -> EvalReport:
+             context_turns: int | None = None, log: Log | None = None) -> EvalReport:
     """Evaluate retrieval quality; writes results/<timestamp>/ under `out` when given.
 
     `dsn` is an admin DSN allowed to CREATE DATABASE (a fresh database per data set, dropped
     afterwards); without one, an embedded server runs in a temporary directory. `settings` are
     Config overrides applied to every data set (MEMORIA_* variables are not read).
-    `context_turns`: LoCoMo turns are stored with that many previous turns as context (0: none).
+    `context_turns`: conversation turns (LoCoMo, LongMemEval) are stored with that many turns before
+    and after them as context (0: none; None: 2 for LoCoMo's short turns, 1 for LongMemEval's long ones).
     """
     log = log or _stderr
     root = Path(data) if data is not None else default_data_root()
@@ -83,7 +85,7 @@ def run_eval(data: str | Path | None = None, datasets: Iterable[str] = DATASETS,
     cache_root = Path(cache_dir) if cache_dir else default_cache_dir()
     started = dt.datetime.now()
     t_start = time.perf_counter()
-    if context_turns < 0:
+    if context_turns is not None and context_turns < 0:
         raise InputError(f"context_turns must be 0 or more, got {context_turns}")
     loaded = [(name, _load(root, name, limit_queries, max_tenants, corpus_limit, context_turns))
               for name in names]
@@ -92,7 +94,8 @@ def run_eval(data: str | Path | None = None, datasets: Iterable[str] = DATASETS,
         "max_tenants": max_tenants, "corpus_limit": corpus_limit, "cross_encoder": cross_encoder,
         "config_overrides": settings, "use_age": use_age, "model": model_label(settings.get("embedding_model")),
         "cache_dir": str(cache_root), "code": _code_version(), "embedded_server": dsn is None,
-        "context_turns": context_turns})
+        "context_turns": context_turns if context_turns is not None else
+        {"locomo": locomo.CONTEXT_TURNS, "longmemeval": longmemeval.CONTEXT_TURNS}})
     with admin_server(dsn, log) as admin:
         report.settings["server"] = server_version(admin)
         for name, dataset in loaded:
@@ -110,7 +113,7 @@ def run_eval(data: str | Path | None = None, datasets: Iterable[str] = DATASETS,
     return report
 
 
-def _load(root: Path, name: str, limit_queries, max_tenants, corpus_limit, context_turns: int) -> Dataset:
+def _load(root: Path, name: str, limit_queries, max_tenants, corpus_limit, context_turns: int | None) -> Dataset:
     t0 = time.perf_counter()
     dataset = select(LOADERS[name](root, context_turns), limit_queries=limit_queries, max_tenants=max_tenants,
                      corpus_limit=corpus_limit)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memoria_pg.embedding import HashEmbedder, embed_memories
+from memoria_pg.embedding import CONTEXT_WEIGHT, HashEmbedder, embed_memories
+from memoria_pg.eval.data import neighbour_context
 from memoria_pg.text import CONTENT_WEIGHT, indexed_term_counts, indexed_tokens, tokenize
 
 
@@ -26,11 +27,11 @@ def test_embedding_without_context_is_the_contents():
     np.testing.assert_allclose(vectors, embedder.embed(["lemon tart", "apple pie"]))
 
 
-def test_embedding_with_context_is_the_normalized_sum_of_content_and_context_plus_content():
+def test_embedding_with_context_is_the_normalized_weighted_sum_of_content_and_content_plus_context():
     embedder = HashEmbedder()
     (vector,) = embed_memories(embedder, ["They are a real support."], ["How is your family?"])
-    own, in_context = embedder.embed(["They are a real support.", "How is your family? They are a real support."])
-    expected = (own + in_context) / np.linalg.norm(own + in_context)
+    own, in_context = embedder.embed(["They are a real support.", "They are a real support. How is your family?"])
+    expected = (own + CONTEXT_WEIGHT * in_context) / np.linalg.norm(own + CONTEXT_WEIGHT * in_context)
     np.testing.assert_allclose(vector, expected, rtol=1e-5)
     assert np.isclose(np.linalg.norm(vector), 1.0)
 
@@ -51,3 +52,13 @@ def test_embedding_mixes_records_with_and_without_context_in_one_call():
 def test_embedding_needs_one_context_per_content():
     with pytest.raises(ValueError, match="same length"):
         embed_memories(HashEmbedder(), ["a"], [])
+
+
+def test_neighbour_context_takes_turns_before_and_after_within_the_session():
+    turns = ["a", "b", "c", "d", "e"]
+    assert neighbour_context(turns, 2, 1) == "b\nd"
+    assert neighbour_context(turns, 2, 2) == "a\nb\nd\ne"
+    assert neighbour_context(turns, 0, 2) == "b\nc"  # the session's first turn: only what follows
+    assert neighbour_context(turns, 4, 1) == "d"
+    assert neighbour_context(turns, 2, 0) is None
+    assert neighbour_context(["only"], 0, 3) is None
