@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
+from memoria_pg.embedding import CONTEXT_WEIGHT
 from memoria_pg.errors import InputError
 from memoria_pg.ingest import Ingestor, MemoryRecord
 from memoria_pg.ingest_files import read_records
@@ -231,10 +232,10 @@ def test_a_context_changes_the_embedding_not_a_supplied_vector(system, dsn):
     given = system.store("They are a real support.", tenant="c", context="How is your family?", embedding=supplied)
     stored = dict(rows(dsn, "SELECT id, embedding FROM memoria.memories"))
     own, in_context = system.embedder.embed(["They are a real support.",
-                                             "How is your family? They are a real support."])
+                                             "They are a real support. How is your family?"])
+    combined = own + CONTEXT_WEIGHT * in_context  # memoria_pg.embedding.embed_memories
     np.testing.assert_allclose(stored[plain].to_numpy(), own, rtol=1e-5)
-    np.testing.assert_allclose(stored[with_context].to_numpy(),
-                               (own + in_context) / np.linalg.norm(own + in_context), rtol=1e-5)
+    np.testing.assert_allclose(stored[with_context].to_numpy(), combined / np.linalg.norm(combined), rtol=1e-5)
     np.testing.assert_array_equal(stored[given].to_numpy(), supplied)
 
 
