@@ -169,6 +169,23 @@ def test_the_exact_vector_search_reads_the_covering_index_only(populated: Memory
     assert "Index Only Scan using memories_fact_tenant_memory_type_id_embedding_idx" in text, text
 
 
+def test_ranked_queries_keep_the_exact_search_index_only(populated: MemorySystem, dsn: str):
+    # Ranked queries count accesses in memory_access: the memories' pages stay all-visible, so the
+    # index-only scan fetches no heap tuple (an UPDATE of the memories would have cleared their pages'
+    # visibility bits until the next VACUUM, and every fetch would go to the heap).
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE memoria.memories")
+    for text in ("teal", "Lisbon", "Alice Novak", "Osaka", "budget"):
+        assert populated.query(text, tenant="acme", memory_type="fact", top_k=20).memories
+    with populated.db.transaction("acme") as conn:
+        assert conn.execute("SELECT sum(access_count) FROM memoria.memory_access").fetchone()[0] > 0
+        conn.execute("SET LOCAL enable_seqscan = off")
+        rows = conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + load_sql("workers/vector_exact"),
+                            {"embedding": HashEmbedder().embed(["teal"])[0], "memory_type": "fact", "limit": 5})
+        plan = "\n".join(r[0] for r in rows)
+    assert "Index Only Scan" in plan and "Heap Fetches: 0" in plan, plan
+
+
 def test_db_history_lists_every_revision():
     result = CliRunner().invoke(cli, ["db", "history"], env={"MEMORIA_DSN": None})
     assert result.exit_code == 0, result.output
