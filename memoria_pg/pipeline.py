@@ -14,6 +14,7 @@ from .db import schema_current
 from .diagnostics import Diagnostics
 from .errors import InputError
 from .ingest import as_vector
+from .query_processor import validate_tenant
 from .relevance import relevance_pool
 from .routing import submitted_workers
 from .shards import per_shard_limit, populated, select_shards
@@ -44,6 +45,7 @@ def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: st
         raise InputError(f"unknown workers {unknown}; choose from {list(WORKERS)}")
 
     t0 = time.perf_counter()
+    validate_tenant(tenant)  # before it becomes the transaction's setting
     with system.db.transaction(tenant) as conn:  # one round trip: entity lookup and shard sizes
         query = system.query_processor(tenant, conn).process(text, tenant=tenant, memory_type=memory_type)
         rows = tenant_rows(conn)

@@ -120,12 +120,17 @@ class QueryProcessor:
             raise InputError("query contains an invalid (surrogate) character; pass valid UTF-8 text")
         if len(text) > self.max_chars:
             raise InputError(f"query is {len(text)} characters; the limit is {self.max_chars}")
-        if not isinstance(tenant, str) or not tenant.strip() or "\x00" in tenant or not _encodable(tenant):
-            raise InputError("tenant must be a non-empty string of valid UTF-8 text without NUL bytes")
-        if len(tenant) > MAX_TENANT_CHARS:
-            raise InputError(f"tenant has {len(tenant)} characters; the limit is {MAX_TENANT_CHARS}")
+        validate_tenant(tenant)
         if memory_type is not None and memory_type not in self.memory_types:
             raise InputError(f"unknown memory_type {memory_type!r}; known types: {list(self.memory_types)}")
+
+
+def validate_tenant(tenant: str) -> None:
+    """InputError unless `tenant` can be set as the transaction's tenant."""
+    if not isinstance(tenant, str) or not tenant.strip() or "\x00" in tenant or not _encodable(tenant):
+        raise InputError("tenant must be a non-empty string of valid UTF-8 text without NUL bytes")
+    if len(tenant) > MAX_TENANT_CHARS:
+        raise InputError(f"tenant has {len(tenant)} characters; the limit is {MAX_TENANT_CHARS}")
 
 
 def _encodable(text: str) -> bool:
