@@ -106,6 +106,12 @@ class Database:
         # custom plan prunes partitions; a cached generic plan walks every partition's HNSW index
         # (measured 45x slower), and psycopg prepares statements after a few executions.
         conn.execute("SET plan_cache_mode = force_custom_plan")
+        # No JIT: every statement here is bounded (a few ms), but estimates can multiply past
+        # jit_above_cost (the graph walk: reached entities x memory types x the per-entity limit, with
+        # memoria.memory_types, a few rows autovacuum never analyzes, guessed at 1,200) and the
+        # compilation then costs more than the work: 300 ms (AGE: 25 ms) for a 2 ms walk, measured on
+        # 20k memories with a hub entity.
+        conn.execute("SET jit = off")
         # Without iterative scans an HNSW scan stops after ef_search tuples: a worker limit above
         # ef_search, or a tenant filter, would silently return fewer rows (vector.sql re-sorts).
         conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false)")

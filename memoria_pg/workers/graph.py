@@ -2,10 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
-
 from ..ingest import normalize_entity
-from ..types import Shard, SourceHit
+from ..types import Shard
 from .base import Worker, WorkerContext
 
 
@@ -24,15 +22,6 @@ class GraphWorker(Worker):
         from ..resources import load_sql
 
         return load_sql("workers/graph_age" if ctx.graph_backend == "age" else self.sql_name)
-
-    def run(self, conn: psycopg.Connection, ctx: WorkerContext) -> list[SourceHit]:
-        # No JIT for the walk (either backend), in this transaction only: its work is bounded (a few
-        # ms), but its row estimates multiply (reached entities x memory types x the per-entity
-        # limit; memoria.memory_types, a table of a few rows that autovacuum never analyzes, is
-        # guessed at 1,200 rows until a VACUUM) and crossed jit_above_cost on a fresh database: the
-        # compilation then cost 300 ms (AGE: 25 ms) for a walk of 2 ms, measured on 20k memories.
-        conn.execute("SELECT set_config('jit', 'off', true)")
-        return super().run(conn, ctx)
 
     def params(self, ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
         entities = sorted({normalize_entity(e) for e in ctx.query.entities})
