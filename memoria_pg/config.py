@@ -50,7 +50,7 @@ class Config:
     retrieval_deadline_ms: int = 2000
     statement_timeout_ms: int = 30000
     workers_to_use: tuple[str, ...] = ()  # empty = the route decides
-    worker_limit: int = 50  # per-worker candidate limit, divided across selected shards
+    worker_limit: int = 50  # per-worker candidate limit, divided across the selected shards the tenant uses
     graph_candidate_limit: int = 50
     graph_depth: int = 2
     # Bounds of the graph walk (its work grows with these, not with how many memories mention a hub):
