@@ -62,6 +62,10 @@ def child(args) -> int:
         before = meter.snapshot()
         result = ingestion.ingest(system, run, world)
         result["cpu"] = meter.since(before)
+        # What the database holds (the admin user bypasses row-level security): must equal `inserted`.
+        result["stored"] = admin.execute("SELECT count(*) FROM memoria.memories").fetchone()[0]
+        result["stored_postings"] = admin.execute("SELECT count(*) FROM memoria.memory_terms").fetchone()[0]
+        result["stored_docs"] = int(admin.execute("SELECT coalesce(sum(n_docs), 0) FROM memoria.bm25_docs").fetchone()[0])
     result["load"] = (load0 + os.getloadavg()[0]) / 2
     print(json.dumps(result, default=str))
     return 0
@@ -88,7 +92,9 @@ def fresh_database(admin: str, name: str, revision: str) -> str:
 
 def measure(args, variant: dict) -> dict:
     dsn = fresh_database(args.dsn, args.db_name, variant["revision"])
-    env = {**os.environ, "PYTHONPATH": variant["code"]}
+    # benchmarks/corpus.py's texts depend on string hashing (set order): unpinned, the number of
+    # distinct memories in the stream varies by a few between processes (89,226 or 89,227 at 100k).
+    env = {**os.environ, "PYTHONPATH": variant["code"], "PYTHONHASHSEED": "0"}
     env.pop("MEMORIA_DSN", None)
     if "writers" in variant:
         env["MEMORIA_INGEST_WRITERS"] = variant["writers"]
@@ -142,7 +148,9 @@ def markdown(args, variants: list[dict], runs: dict[str, list[dict]]) -> str:
         for r in runs[v["name"]]:
             steps = ", ".join(f"{k} {s:.1f}" for k, s in list(r["write_steps_s"].items())[:8])
             lines.append(f"- {v['name']}: {r['library_rate']:,.0f}/s, {r['cpu_ms_per_memory']:.2f} ms, "
-                         f"prepare {r['prepare_s']:.1f} s, write {r['write_s']:.1f} s ({steps}), load {r['load']:.1f}")
+                         f"prepare {r['prepare_s']:.1f} s, write {r['write_s']:.1f} s ({steps}), load {r['load']:.1f}; "
+                         f"inserted {r['inserted']:,}, stored {r.get('stored', 0):,} memories, "
+                         f"{r.get('stored_postings', 0):,} postings, {r.get('stored_docs', 0):,} BM25 documents")
     return "\n".join(lines)
 
 
@@ -172,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             runs[v["name"]].append(result)
             print(f"[{time.strftime('%H:%M:%S')}] round {r + 1} {v['name']}: {result['library_rate']:,.0f}/s, "
                   f"{result['cpu_ms_per_memory']:.2f} CPU ms/memory, load {result['load']:.1f} "
-                  f"({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+                  f"({time.time() - t0:.0f} s); inserted {result['inserted']:,}, stored {result['stored']:,}, "
+                  f"BM25 documents {result['stored_docs']:,}", file=sys.stderr, flush=True)
     text = markdown(args, variants, runs)
     print(text)
     if args.json:
