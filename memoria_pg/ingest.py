@@ -159,7 +159,8 @@ class Ingestor:
         self.k1, self.b = k1, b
         self.entity_extractor = entity_extractor
         self.graph_writer = graph_writer
-        self.pipeline = True  # see _pipeline; False runs each statement on its own (profiling)
+        # see _pipeline; False runs each statement on its own (profiling, or a libpq before 14)
+        self.pipeline = psycopg.Pipeline.is_supported()
 
     def prepare(self, raw: MemoryRecord | Mapping[str, Any], where: str, now: dt.datetime) -> _Prepared:
         from .entities import RuleBasedExtractor, extract_attributes

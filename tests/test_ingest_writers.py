@@ -281,3 +281,15 @@ def test_writers_never_outnumber_the_pooled_connections(config, dsn):
     with MemorySystem(cfg, embedder=HashEmbedder()) as system:
         result = system.store_many([{"content": f"pooled note {i}", "tenant": "t"} for i in range(60)], batch_size=6)
     assert result.inserted == 60
+
+
+def test_pipeline_mode_only_where_libpq_supports_it(monkeypatch):
+    from memoria_pg.ingest import Ingestor
+
+    def ingestor() -> Ingestor:
+        return Ingestor(None, embedder=None, memory_types=("general",), default_type="general",
+                        default_tenant="t", dim=384, max_chars=1000, k1=1.2, b=0.75)
+
+    assert ingestor().pipeline is psycopg.Pipeline.is_supported()
+    monkeypatch.setattr(psycopg.Pipeline, "is_supported", classmethod(lambda cls: False))
+    assert ingestor().pipeline is False
