@@ -86,9 +86,9 @@ def build_candidates(conn: psycopg.Connection, hits: Mapping[str, Sequence[Sourc
 
 def _candidate(row: dict[str, Any], details: Mapping[tuple[str, int], dict[str, Any]]) -> CandidateRecord:
     scores: dict[str, float] = {}
-    for source, value in row["scores"].items():
+    for source, value, rank in zip(row["sources"], row["scores"], row["ranks"], strict=True):
         scores[SCORE_NAMES.get(source, source)] = float(value)
-        scores[f"{source}_rank"] = float(row["ranks"][source])
+        scores[f"{source}_rank"] = float(rank)
     for source in row["sources"]:
         for key, value in details.get((source, row["memory_id"]), {}).items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -30,9 +30,9 @@ WITH hits AS (
     FROM lists l
 ), merged AS (
     SELECT n.memory_id, n.memory_type,
-           array_agg(n.source ORDER BY n.source) AS sources,
-           jsonb_object_agg(n.source, n.score) AS scores,
-           jsonb_object_agg(n.source, n.rank) AS ranks,
+           array_agg(n.source ORDER BY n.source) AS sources,  -- and each source's raw score and rank, in that order
+           array_agg(n.score ORDER BY n.source) AS scores,
+           array_agg(n.rank ORDER BY n.source) AS ranks,
            sum(CASE WHEN %(method)s::text = 'rrf'
                     THEN CASE WHEN n.rank <= %(depth)s THEN n.weight / (%(rrf_k)s + n.rank) ELSE 0 END
                     ELSE n.weight * n.norm END) AS retrieval_score,
