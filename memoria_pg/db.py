@@ -148,11 +148,21 @@ class Database:
             ) from exc
 
     @contextlib.contextmanager
-    def transaction(self, tenant: str) -> Iterator[psycopg.Connection]:
-        """A pooled connection inside a transaction whose row-level-security tenant is `tenant`."""
+    def transaction(self, tenant: str, *, generic_plans: bool = False) -> Iterator[psycopg.Connection]:
+        """A pooled connection inside a transaction whose row-level-security tenant is `tenant`.
+
+        `generic_plans`: prepared statements run on their cached generic plan in this transaction
+        (the connections otherwise force custom plans, which the workers' shard filters need), for a
+        statement without a partition key parameter whose planning costs more than it gains: the
+        final CTE (planned per execution: 1.1 ms of its 4.7 ms at 100k, same rows either way).
+        """
         with self.connection() as conn:
             with conn.transaction():
-                set_tenant(conn, tenant)
+                if generic_plans:
+                    conn.execute("SELECT set_config('memoria.tenant', %s, true), "
+                                 "set_config('plan_cache_mode', 'force_generic_plan', true)", (tenant,))
+                else:
+                    set_tenant(conn, tenant)
                 yield conn
 
     def close(self) -> None:

@@ -101,7 +101,7 @@ def run_query(system: "MemorySystem", text: str, *, tenant: str, memory_type: st
     diag.retrieval_ms = _ms(t0)
 
     t0 = time.perf_counter()
-    with system.db.transaction(tenant) as conn:
+    with system.db.transaction(tenant, generic_plans=True) as conn:
         candidates = build_candidates(conn, hits, cap=cfg.ranking_candidate_limit, rrf_k=cfg.rrf_k,
                                       depth=cfg.rrf_depth, method=cfg.fusion_method)
     diag.database_ms = _ms(t0)

@@ -57,6 +57,21 @@ def test_memory_found_by_three_sources_appears_once_with_each_score(system, five
     np.testing.assert_array_equal(first.embedding, vecs[0])
 
 
+def test_the_final_cte_gives_the_same_candidates_on_its_generic_plan(system, five):
+    # The query path runs the final CTE with generic plans (prepared after psycopg's 5 executions).
+    (a, b, c, d, e), _ = five
+    hits = {"vector": [hit(a, "vector", 1, 0.1), hit(b, "vector", 2, 0.3), hit(e, "vector", 3, 0.35)],
+            "bm25": [hit(c, "bm25", 1, 5.0), hit(a, "bm25", 2, 2.0)], "phrase": [hit(d, "phrase", 1, 1.0)]}
+    expected = [(x.memory_id, x.sources, x.scores, x.retrieval_score) for x in candidates(system, hits)]
+    for _ in range(8):
+        with system.db.transaction("t", generic_plans=True) as conn:
+            assert conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()[0] == "force_generic_plan"
+            found = build_candidates(conn, hits, cap=200, rrf_k=60)
+        assert [(x.memory_id, x.sources, x.scores, x.retrieval_score) for x in found] == expected
+    with system.db.transaction("t") as conn:  # the workers' transactions keep custom plans
+        assert conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()[0] == "force_custom_plan"
+
+
 def test_score_fusion_normalizes_each_source_within_its_list(system, five):
     (a, b, c, d, e), _ = five
     found = candidates(system, {
