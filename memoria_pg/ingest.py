@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from .db import Database, set_tenant
-from .errors import InputError, SchemaError
+from .db import Database, schema_current, set_tenant
+from .errors import InputError
 from .resources import load_sql
 from .embedding import embed_memories
 from .text import content_hash, indexed_term_counts, normalize
@@ -319,7 +319,9 @@ class Ingestor:
         return conn.pipeline() if enabled and self.pipeline else contextlib.nullcontext()
 
     def _write(self, prepared: list[_Prepared], late: Collection[int] = ()) -> StoreResult:
-        try:
+        # A schema older than this library (e.g. no memories.context before 0006) raises SchemaError;
+        # the batch's transaction rolled back, so nothing was written.
+        with schema_current():
             try:
                 return self._write_batch(prepared, late)
             except psycopg.errors.DeadlockDetected:
@@ -328,10 +330,6 @@ class Ingestor:
                 # Late memories lock their keys out of key order: a cycle with another writer is
                 # possible (PostgreSQL detects it and rolled this batch back). Once more, in key order.
                 return self._write_batch(prepared)
-        except (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable) as exc:
-            # A schema older than this library (e.g. no memories.context before 0006); nothing was written.
-            raise SchemaError(f"the database schema is older than this library ({exc.diag.message_primary}): "
-                              "run `memoria-pg db upgrade`") from exc
 
     def _write_batch(self, prepared: list[_Prepared], late: Collection[int] = ()) -> StoreResult:
         """Write one batch in one transaction. The memories at the positions in `late` are inserted
