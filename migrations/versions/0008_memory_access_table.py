@@ -23,6 +23,9 @@ Revision ID: 0008
 Revises: 0007
 Create Date: 2026-11-30
 """
+import importlib.util
+from pathlib import Path
+
 from alembic import op
 
 revision = "0008"
@@ -62,49 +65,30 @@ COMMENT ON COLUMN memoria.memories.last_accessed_at IS NULL;
 DROP TABLE memoria.memory_access;
 """
 
-# The function of revision 0001 with the column list of the table as it is after this revision.
-ADD_MEMORY_TYPE = r"""
-CREATE OR REPLACE FUNCTION memoria.add_memory_type(type_name text) RETURNS boolean
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    mem_cols text := %(columns)s;
-BEGIN
-    IF type_name IS NULL OR type_name !~ '^[a-z][a-z0-9_]{0,40}$' THEN
-        RAISE EXCEPTION 'invalid memory type %%: use lower-case letters, digits and underscores', type_name
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF EXISTS (SELECT 1 FROM memoria.memory_types WHERE name = type_name) THEN
-        RETURN false;
-    END IF;
-    EXECUTE format('CREATE TEMP TABLE _moved_memories ON COMMIT DROP AS SELECT %%s FROM memoria.memories_default WHERE memory_type = %%L', mem_cols, type_name);
-    EXECUTE format('CREATE TEMP TABLE _moved_terms ON COMMIT DROP AS SELECT * FROM memoria.memory_terms_default WHERE memory_type = %%L', type_name);
-    DELETE FROM memoria.memories_default WHERE memory_type = type_name;
-    DELETE FROM memoria.memory_terms_default WHERE memory_type = type_name;
-    EXECUTE format('CREATE TABLE memoria.%%I PARTITION OF memoria.memories FOR VALUES IN (%%L)',
-                   'memories_' || type_name, type_name);
-    EXECUTE format('CREATE TABLE memoria.%%I PARTITION OF memoria.memory_terms FOR VALUES IN (%%L)',
-                   'memory_terms_' || type_name, type_name);
-    EXECUTE format('INSERT INTO memoria.memories (%%s) SELECT %%s FROM _moved_memories', mem_cols, mem_cols);
-    INSERT INTO memoria.memory_terms SELECT * FROM _moved_terms;
-    DROP TABLE _moved_memories;
-    DROP TABLE _moved_terms;
-    INSERT INTO memoria.memory_types (name) VALUES (type_name);
-    RETURN true;
-END
-$fn$;
-"""
+OLD_COLUMNS = "' pinned, created_at, last_accessed_at, access_count, embedding, doc_len'"
+NEW_COLUMNS = "' pinned, created_at, last_accessed_at, access_count, embedding, doc_len, context'"
 
-COLUMNS = ("'id, tenant, memory_type, external_id, dedup_key, content, context, metadata, importance,'"
-           "\n                     ' pinned, created_at, last_accessed_at, access_count, embedding, doc_len'")
-COLUMNS_0001 = ("'id, tenant, memory_type, external_id, dedup_key, content, metadata, importance,'"
-                "\n                     ' pinned, created_at, last_accessed_at, access_count, embedding, doc_len'")
+
+def _add_memory_type_0001() -> str:
+    """0001's CREATE FUNCTION memoria.add_memory_type, as a CREATE OR REPLACE (its text is read from
+    0001, so the downgrade restores exactly what 0001 created)."""
+    path = Path(__file__).with_name("0001_initial_schema.py")
+    spec = importlib.util.spec_from_file_location("memoria_migration_0001", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    schema = module.SCHEMA
+    start = schema.index("CREATE FUNCTION memoria.add_memory_type")
+    end = schema.index("$fn$;", start) + len("$fn$;")
+    function = schema[start:end].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+    assert OLD_COLUMNS in function, "0001's add_memory_type column list changed"
+    return function
 
 
 def upgrade() -> None:
     op.execute(ACCESS_TABLE)
-    op.execute(ADD_MEMORY_TYPE % {"columns": COLUMNS})
+    op.execute(_add_memory_type_0001().replace(OLD_COLUMNS, NEW_COLUMNS))
 
 
 def downgrade() -> None:
     op.execute(RESTORE_COLUMNS)
-    op.execute(ADD_MEMORY_TYPE % {"columns": COLUMNS_0001})
+    op.execute(_add_memory_type_0001())
