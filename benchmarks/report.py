@@ -200,11 +200,11 @@ def markdown(results: dict[str, Any]) -> str:
     L += ["## Ingestion (MemorySystem.store_many, indexes in place)", ""]
     if "skipped" in ing:
         L += [f"Not measured in this run: {ing['skipped']}.", ""]
-    L += _ingestion(s, ing) if "skipped" not in ing else []
+    L += _ingestion(s, ing, env.get("cpus") or 1) if "skipped" not in ing else []
     return _rest(results, L)
 
 
-def _ingestion(s: dict[str, Any], ing: dict[str, Any]) -> list[str]:
+def _ingestion(s: dict[str, Any], ing: dict[str, Any], cpus: int) -> list[str]:
     L: list[str] = []
     L += table(["memories", "inserted", "duplicates", "wall s", "memories/s (wall)", "library s",
                 "memories/s (library)", "generate s", "prepare s (Python)", "write s (COPY+SQL)", "VACUUM ANALYZE s"],
@@ -223,7 +223,7 @@ def _ingestion(s: dict[str, Any], ing: dict[str, Any]) -> list[str]:
         L += [f"CPU during ingestion: this process {icpu['client_s']:.1f} s, PostgreSQL backends "
               f"{f(server)} s, i.e. {per * 1000:.2f} ms per memory: on an idle machine ingestion tops out near "
               f"{1 / per:,.0f} memories/s per busy core ({ing.get('writers') or 1} writer connection(s) here; "
-              f"{(env.get('cpus') or 1) / per:,.0f}/s if all {env.get('cpus') or 1} cores were kept busy)."
+              f"{cpus / per:,.0f}/s if all {cpus} cores were kept busy)."
               if per else "", ""]
     L += ["Rate per tenth of the stream (memories/s): " +
           ", ".join(f"{d['fraction']:.0%}: {d['rate']:,.0f}" for d in ing["deciles"]), ""]

@@ -182,13 +182,15 @@ def main(argv: list[str] | None = None) -> int:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
     results["finished"] = time.strftime("%Y%m%dT%H%M%S")
 
+    out_dir.mkdir(parents=True, exist_ok=True)  # made at the end: a long run must not lose it midway
+    # The measurements first: a failure while rendering the report must not lose a long run.
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
     summaries = report.summarize(results)
     results["summary"] = summaries
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
     markdown = report.markdown(results)
-    out_dir.mkdir(parents=True, exist_ok=True)  # made at the end: a long run must not lose it midway
     (out_dir / "report.md").write_text(markdown)
     (out_dir / "plans.md").write_text(report.plans_markdown(results["plans"]))
-    (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
     print(markdown)
     log(f"wrote {out_dir}/report.md, plans.md, results.json")
     return 0
