@@ -8,7 +8,6 @@ import contextlib
 import datetime as dt
 import json
 import math
-from array import array
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,41 +49,10 @@ class MemoryRecord:
 class StoreResult:
     inserted: int = 0
     duplicates: int = 0
-    # per record: its memory's id, None for a duplicate (the existing id is not looked up)
-    ids: Sequence[int | None] = field(default_factory=list)
+    ids: list[int | None] = field(default_factory=list)  # per record; the existing id is not looked up
     # rows staged: memories + their BM25 terms + entities + attributes (a memory's terms and entities
     # travel as arrays in its COPY row)
     copy_rows: int = 0
-
-
-class Ids(Sequence):
-    """The per-record ids of a store_many stream, 8 bytes each in an array (a list of Python ints
-    costs about 36: 36 MB at a million records), so the ingesting process's memory stays nearly
-    flat in N. Reads like a list of ids with None for duplicates (stored as 0: ids start at 1)."""
-
-    __slots__ = ("_values",)
-    __hash__ = None  # type: ignore[assignment]  # compares by value, like a list
-
-    def __init__(self, values: Iterable[int | None] = ()) -> None:
-        self._values = array("q")
-        self.extend(values)
-
-    def extend(self, values: Iterable[int | None]) -> None:
-        self._values.extend(0 if v is None else v for v in values)
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [v or None for v in self._values[index]]
-        return self._values[index] or None
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and not isinstance(other, str) and list(self) == list(other)
-
-    def __repr__(self) -> str:
-        return f"Ids({list(self)!r})"
 
 
 @dataclass
@@ -287,7 +255,7 @@ class Ingestor:
         have committed.
         """
         writers = max(1, int(writers))
-        total = StoreResult(ids=Ids())
+        total = StoreResult()
         # (write, batch size, the batch's keys) of the batches being written
         pending: collections.deque[tuple[concurrent.futures.Future[StoreResult], int, set[_Key]]] = \
             collections.deque()
