@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import sys
 import time
@@ -236,7 +237,7 @@ def ingest(ctx: click.Context, file: Path, fmt: str | None, tenant: str | None, 
     records = read_records(file, fmt)
     with _system(cfg, auto_migrate=migrate) as system:
         pairs = iter(records)
-        wheres: list[str] = []
+        wheres: collections.deque[str] = collections.deque()
 
         def body():
             for where, record in pairs:
@@ -245,20 +246,20 @@ def ingest(ctx: click.Context, file: Path, fmt: str | None, tenant: str | None, 
 
         with tqdm(desc="ingest", unit="mem", file=sys.stderr, disable=None) as bar:
             result = system.store_many(body(), batch_size=batch_size, progress=bar.update,
-                                       wheres=_lazy(wheres))
+                                       wheres=_lazy(wheres), return_ids=False)
     elapsed = time.perf_counter() - t0
     total = result.inserted + result.duplicates
     click.echo(f"stored {result.inserted} memories ({result.duplicates} duplicates skipped) from {total} "
                f"records in {elapsed:.1f}s: {total / elapsed if elapsed else 0:,.0f} records/s")
 
 
-def _lazy(items: list[str]):
+def _lazy(items: collections.deque[str]):
+    """Each record's place in the input, in order, taken off the queue as the batches use it (kept,
+    they would grow with the input); a placeholder if a record's place is not known yet."""
     i = 0
     while True:
-        while i >= len(items):
-            yield f"record {i + 1}"
-        yield items[i]
         i += 1
+        yield items.popleft() if items else f"record {i}"
 
 
 @cli.command()

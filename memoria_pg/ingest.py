@@ -242,7 +242,8 @@ class Ingestor:
         return self._write(self.prepare_batch(batch, wheres))
 
     def store_batches(self, batches: Iterable[tuple[Sequence[MemoryRecord | Mapping[str, Any]], Sequence[str]]],
-                      *, writers: int = 1, progress: Callable[[int], None] | None = None) -> StoreResult:
+                      *, writers: int = 1, progress: Callable[[int], None] | None = None,
+                      return_ids: bool = True) -> StoreResult:
         """Write a stream of (batch, wheres) pairs, each batch in its own transaction.
 
         Batches are prepared (validated, tokenized, embedded) in this thread while up to `writers`
@@ -265,7 +266,8 @@ class Ingestor:
             total.inserted += result.inserted
             total.duplicates += result.duplicates
             total.copy_rows += result.copy_rows
-            total.ids.extend(result.ids)
+            if return_ids:  # a list entry per record: the one thing here that grows with the stream
+                total.ids.extend(result.ids)
             if progress:
                 progress(size)
 

@@ -145,8 +145,12 @@ class MemorySystem:
 
     def store_many(self, records: Iterable[MemoryRecord | Mapping[str, Any]], *,
                    batch_size: int | None = None, progress: Callable[[int], None] | None = None,
-                   wheres: Iterable[str] | None = None, writers: int | None = None) -> StoreResult:
+                   wheres: Iterable[str] | None = None, writers: int | None = None,
+                   return_ids: bool = True) -> StoreResult:
         """Store records in batches; each batch is all-or-nothing. Embeds records without vectors.
+
+        `return_ids=False` leaves StoreResult.ids empty (the counts stay): memory then stays flat
+        however long the stream (the per-record id list costs ~36 bytes a record: 36 MB at 1M).
 
         The next batch is validated and embedded while earlier ones are written by up to
         `writers` (default `config.ingest_writers`) pooled connections; see Ingestor.store_batches.
@@ -164,7 +168,7 @@ class MemorySystem:
 
         # Never more writers than pooled connections: a writer waiting for one could time out.
         writers = min(writers or self.config.ingest_writers, self.config.pool_max_size)
-        return self.ingestor.store_batches(batches(), writers=writers, progress=progress)
+        return self.ingestor.store_batches(batches(), writers=writers, progress=progress, return_ids=return_ids)
 
     def add_memory_type(self, name: str) -> bool:
         created = migrate.add_memory_type(self.dsn, name)

@@ -62,6 +62,13 @@ def test_store_many_is_idempotent_on_content_hash(system, dsn):
     assert counts(dsn) == before
 
 
+def test_store_many_without_ids_keeps_the_counts_only(system, dsn):
+    records = [{"content": f"bulk note {i} about the harbour", "tenant": "t"} for i in range(7)]
+    result = system.store_many(records + records[:2], batch_size=3, return_ids=False)
+    assert (result.inserted, result.duplicates, result.ids) == (7, 2, [])
+    assert counts(dsn)["memories"] == 7
+
+
 def test_store_many_is_idempotent_on_external_id(system, dsn):
     system.store_many([{"content": "version one", "external_id": "doc-1", "tenant": "t"}])
     result = system.store_many([{"content": "version two, edited", "external_id": "doc-1", "tenant": "t"}])
