@@ -18,7 +18,7 @@ from memoria_pg.system import MemorySystem
 from memoria_pg.text import normalize
 from memoria_pg.workers import WORKERS, WorkerContext
 from memoria_pg.workers.bm25 import BM25Worker
-from memoria_pg.workers.vector import tenant_rows
+from memoria_pg.shards import tenant_rows
 
 import corpus
 import report

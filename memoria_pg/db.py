@@ -158,11 +158,7 @@ class Database:
         """
         with self.connection() as conn:
             with conn.transaction():
-                if generic_plans:
-                    conn.execute("SELECT set_config('memoria.tenant', %s, true), "
-                                 "set_config('plan_cache_mode', 'force_generic_plan', true)", (tenant,))
-                else:
-                    set_tenant(conn, tenant)
+                set_tenant(conn, tenant, generic_plans=generic_plans)
                 yield conn
 
     def close(self) -> None:
@@ -180,8 +176,13 @@ def schema_current() -> Iterator[None]:
                           "run `memoria-pg db upgrade`") from exc
 
 
-def set_tenant(conn: psycopg.Connection, tenant: str) -> None:
-    conn.execute("SELECT set_config('memoria.tenant', %s, true)", (tenant,))
+def set_tenant(conn: psycopg.Connection, tenant: str, *, generic_plans: bool = False) -> None:
+    """The transaction's tenant (and, with `generic_plans`, its plan cache mode) in one round trip."""
+    if generic_plans:
+        conn.execute("SELECT set_config('memoria.tenant', %s, true), "
+                     "set_config('plan_cache_mode', 'force_generic_plan', true)", (tenant,))
+    else:
+        conn.execute("SELECT set_config('memoria.tenant', %s, true)", (tenant,))
 
 
 def _safe(dsn: str) -> str:

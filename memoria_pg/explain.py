@@ -9,8 +9,8 @@ import numpy as np
 from tabulate import tabulate
 
 from .pipeline import worker_context
+from .shards import tenant_rows
 from .workers import WORKERS
-from .workers.vector import tenant_rows
 
 
 def _shown(value):

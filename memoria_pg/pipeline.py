@@ -17,11 +17,11 @@ from .ingest import as_vector
 from .query_processor import validate_tenant
 from .relevance import relevance_pool
 from .routing import submitted_workers
-from .shards import per_shard_limit, populated, select_shards
+from .shards import per_shard_limit, populated, select_shards, tenant_rows
 from .tracing import persist_trace
 from .types import Route
 from .workers import WORKERS, WorkerContext
-from .workers.vector import VectorWorker, tenant_rows
+from .workers.vector import VectorWorker
 
 if TYPE_CHECKING:
     from .system import MemorySystem, QueryResponse

@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+import psycopg
+
+from .resources import load_sql
 from .types import Route, Shard
 
 ALL = Shard(None)  # the single default shard: the whole table
@@ -20,6 +23,11 @@ def select_shards(route: Route, hint: str | None, known_types: Sequence[str], *,
         if name in known_types and Shard(name) not in chosen:
             chosen.append(Shard(name))
     return tuple(chosen) or (ALL,)
+
+
+def tenant_rows(conn: psycopg.Connection) -> dict[str, int]:
+    """Memories of the transaction's tenant per memory type (sql/tenant_rows.sql)."""
+    return {t: int(n) for t, n in conn.execute(load_sql("tenant_rows")).fetchall()}
 
 
 def populated(shards: Sequence[Shard], rows: Mapping[str, int]) -> tuple[Shard, ...]:

@@ -5,6 +5,7 @@ from typing import Any
 import psycopg
 
 from ..resources import load_sql
+from ..shards import tenant_rows
 from ..types import Shard
 from .base import Worker, WorkerContext
 
@@ -38,11 +39,6 @@ class VectorWorker(Worker):
 
     def score(self, row: dict[str, Any]) -> float:
         return float(row["distance"])
-
-
-def tenant_rows(conn: psycopg.Connection) -> dict[str, int]:
-    """Memories of the transaction's tenant per memory type."""
-    return {t: int(n) for t, n in conn.execute(load_sql("tenant_rows")).fetchall()}
 
 
 def exact(rows: dict[str, int], shard: Shard, per_type: int) -> bool:
