@@ -1,12 +1,31 @@
-"""memoria-pg: long-term memory retrieval for AI agents inside PostgreSQL (Memoria V4)."""
+"""memoria-pg: long-term memory retrieval for AI agents inside PostgreSQL (Memoria V4).
 
-from .config import Config
+Everything importable from this module is the public API (see the README's "Public API" section);
+submodules are internal and may move between releases.
+"""
+
+from .config import DEFAULT_MEMORY_TYPES, Config
+from .core.embedding import Embedder, HashEmbedder, SentenceTransformerEmbedder, embed_memories
+from .core.text import indexed_tokens, normalize, tokenize
+from .core.types import CandidateRecord, MemoryRecord, ProcessedQuery, Route, SourceHit, StoreResult
+from .db.embedded import start as start_embedded_server
+from .db.embedded import stop as stop_embedded_server
 from .errors import ConfigError, ExtensionMissing, InputError, MemoriaError, PoolTimeout, SchemaError, ServerError
-from .ingest import MemoryRecord, StoreResult
-from .system import MemorySystem, QueryResponse
+from .query import QueryPipeline, QueryRequest, QueryResponse, Retrieval
+from .query.diagnostics import Diagnostics
+from .query.scheduler import CompletionPolicy, SchedulerResult
+from .query.workers import DEFAULT_WORKERS, Worker, WorkerContext, WorkerRegistry
+from .ranking import RankingPipeline, RankingStage, RankingWeights
+from .system import MemorySystem
 
 __all__ = [
-    "Config", "MemorySystem", "MemoryRecord", "QueryResponse", "StoreResult", "MemoriaError", "ConfigError",
-    "InputError", "ServerError", "ExtensionMissing", "SchemaError", "PoolTimeout",
+    "Config", "DEFAULT_MEMORY_TYPES", "MemorySystem", "MemoryRecord", "QueryResponse", "StoreResult",
+    "CandidateRecord", "ProcessedQuery", "Route", "SourceHit", "Diagnostics",
+    "QueryPipeline", "QueryRequest", "Retrieval", "CompletionPolicy", "SchedulerResult",
+    "Worker", "WorkerContext", "WorkerRegistry", "DEFAULT_WORKERS",
+    "RankingPipeline", "RankingStage", "RankingWeights",
+    "Embedder", "HashEmbedder", "SentenceTransformerEmbedder", "embed_memories",
+    "normalize", "tokenize", "indexed_tokens", "start_embedded_server", "stop_embedded_server",
+    "MemoriaError", "ConfigError", "InputError", "ServerError", "ExtensionMissing", "SchemaError", "PoolTimeout",
 ]
 __version__ = "0.1.0"

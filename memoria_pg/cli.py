@@ -11,7 +11,8 @@ from pathlib import Path
 import click
 import psycopg
 
-from . import migrate, server
+from .db import embedded as server
+from .db import migrate
 from .config import Config, default_data_dir
 from .errors import MemoriaError
 
@@ -226,7 +227,7 @@ def ingest(ctx: click.Context, file: Path, fmt: str | None, tenant: str | None, 
     """
     from tqdm import tqdm
 
-    from .ingest_files import read_records
+    from .ingest.files import read_records
 
     cfg = _config(ctx)
     overrides = {k: v for k, v in (("default_tenant", tenant), ("default_memory_type", memory_type)) if v}
@@ -277,7 +278,7 @@ def _lazy(items: collections.deque[str]):
 def query(ctx: click.Context, text: str, tenant: str | None, memory_type: str | None, top_k: int | None,
           preset: str | None, workers: str | None, no_ranking: bool, v3: bool, explain: bool, as_json: bool) -> None:
     """Retrieve the memories that answer TEXT."""
-    from .presets import apply_preset
+    from .query.routing import apply_preset
 
     cfg = _config(ctx)
     ranking = None if not no_ranking else False
@@ -292,9 +293,7 @@ def query(ctx: click.Context, text: str, tenant: str | None, memory_type: str | 
             click.echo(json.dumps(response.as_dict(), indent=2, default=str))
             return
         if explain:
-            from .explain import explain_query
-
-            click.echo(explain_query(system, response))
+            click.echo(system.explain(response))
             return
     _print_memories(response)
 
@@ -317,7 +316,7 @@ def graph_group() -> None:
 @click.pass_context
 def graph_rebuild(ctx: click.Context, tenant: str) -> None:
     """Rebuild one tenant's AGE graph from the entity tables."""
-    from .graph_age import rebuild
+    from .db.graph_age import rebuild
 
     with _system(_config(ctx)) as system:
         if not system.db.capabilities.age:
@@ -330,7 +329,7 @@ def graph_rebuild(ctx: click.Context, tenant: str) -> None:
 @cli.command()
 def presets() -> None:
     """List the named retrieval presets."""
-    from .routing import PRESETS
+    from .query.routing import PRESETS
 
     for name, p in PRESETS.items():
         click.echo(f"{name:<14} workers={','.join(p.workers)} ranking={p.ranking} cross_encoder={p.cross_encoder}")
@@ -345,13 +344,23 @@ def demo(ctx: click.Context) -> None:
     run_demo(_config(ctx), click.echo)
 
 
-def _register_eval() -> None:
-    from .eval.cli import eval_command
-
-    cli.add_command(eval_command, "eval")
-
-
-_register_eval()
+@cli.command("eval", add_help_option=False,
+             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def eval_(ctx: click.Context, args: tuple[str, ...]) -> None:
+    """Measure retrieval quality on LoCoMo, SciFact, HotpotQA and LongMemEval (`memoria-pg eval --help`)."""
+    # The harness (evals/ in a checkout) is not part of this package: imported only when asked for, and
+    # run as this command, under the same root context (--dsn, MEMORIA_DSN).
+    try:
+        from evals.cli import eval_command
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("evals", "evals.cli"):
+            raise
+        raise click.ClickException("the evaluation harness is not installed: from a checkout run "
+                                   "`pip install -e ./evals` (or `python -m evals`)") from exc
+    with eval_command.make_context(ctx.info_name, list(args), parent=ctx.parent) as sub:
+        eval_command.invoke(sub)
 
 
 def main() -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-WORKER_NAMES = ("vector", "bm25", "graph", "phrase", "attribute", "fusion")
 FUSION_METHODS = ("score", "rrf")
 DEFAULT_MEMORY_TYPES = ("general", "episodic", "semantic", "procedural", "preference", "fact")
 _IDENT = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
@@ -49,10 +48,9 @@ class Config:
     ranking_candidate_limit: int = 200
     retrieval_deadline_ms: int = 2000
     statement_timeout_ms: int = 30000
-    workers_to_use: tuple[str, ...] = ()  # empty = the route decides
+    workers_to_use: tuple[str, ...] = ()  # empty = the route decides; checked against the worker registry
     worker_limit: int = 50  # per-worker candidate limit, divided across the selected shards the tenant uses
-    graph_candidate_limit: int = 50
-    graph_depth: int = 2
+    graph_candidate_limit: int = 50  # the graph's hop limit comes from the route (query/routing.py)
     # Bounds of the graph walk (its work grows with these, not with how many memories mention a hub):
     # each entity of the frontier follows at most graph_fanout edges (strongest co-occurrence first),
     # and each reached entity offers at most graph_entity_memories memories (the most recent first).
@@ -72,14 +70,12 @@ class Config:
     hnsw_ef_search: int = 100
     # Exact vector search (every vector of the tenant compared, read from a covering index) while the
     # tenant has at most this many memories per memory type searched; above it, HNSW. 0 = always HNSW.
-    # Measured crossover on 2 cores: ~5k rows for one shard at 800k memories (exact 8.0 vs HNSW 7.6 ms
-    # over 4-23k rows), ~25k for the six shards of an untyped query (exact 5.7 ms at 9k rows vs 14 ms).
+    # The crossover is in the README (configuration).
     vector_exact_max_rows: int = 5_000
 
     enable_v4: bool = True
     enable_sharding: bool = True
-    # Off by default: the final CTE already fuses the vector and BM25 ranks, and on the dev sets the
-    # extra fusion list added no recall while costing a second vector + BM25 search per query.
+    # Off by default: the final CTE already fuses the vector and BM25 ranks (README: configuration).
     enable_fusion: bool = False
     enable_phrase_index: bool = True
     enable_graph: bool = True
@@ -96,8 +92,8 @@ class Config:
 
     max_content_chars: int = 100_000
     max_query_chars: int = 4_000
-    # Records per ingest transaction: each tenant of a batch costs a dozen statements, so larger batches
-    # spend less per memory (measured 0.79 vs 0.94 CPU ms per memory for 2,000 vs 500).
+    # Records per ingest transaction: each tenant of a batch costs a dozen statements, so larger
+    # batches spend less per memory (README: configuration).
     ingest_batch_size: int = 2000
     ingest_writers: int = 2  # connections writing batches concurrently in store_many (1: one at a time)
 
@@ -108,11 +104,6 @@ class Config:
             raise ConfigError(
                 f"default_memory_type {self.default_memory_type!r} is not one of memory_types "
                 f"{list(self.memory_types)}"
-            )
-        unknown = set(self.workers_to_use) - set(WORKER_NAMES)
-        if unknown:
-            raise ConfigError(
-                f"unknown workers in workers_to_use: {sorted(unknown)}; choose from {list(WORKER_NAMES)}"
             )
         if not 0.0 <= self.fusion_semantic_weight <= 1.0:
             raise ConfigError("fusion_semantic_weight must be between 0 and 1")

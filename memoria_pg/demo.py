@@ -7,7 +7,7 @@ from collections.abc import Callable
 from importlib import resources
 
 from .config import Config
-from .ingest_files import read_records
+from .ingest.files import read_records
 
 DEMO_QUERIES = (
     ("What is Maya's favourite colour?", None),

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from .errors import ConfigError
 from .ranking import SignalPlugin
-from .routing import PostRoutingHook, PreRoutingHook
+from .query.routing import PostRoutingHook, PreRoutingHook
 
 ENTRY_POINT_GROUP = "memoria_pg.plugins"
 T = TypeVar("T")

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from memoria_pg import migrate
+from memoria_pg.db import migrate
 from memoria_pg.config import Config
-from memoria_pg.embedding import HashEmbedder
+from memoria_pg.core.embedding import HashEmbedder
 
 # One template per test session, so concurrent runs against one server do not drop each other's.
 TEMPLATE = f"memoria_test_template_{os.getpid()}"
@@ -31,12 +32,36 @@ def admin_dsn(tmp_path_factory) -> Iterator[str]:
     if dsn:
         yield dsn
         return
-    from memoria_pg import server
+    from memoria_pg.db import embedded as server
 
     data_dir = tmp_path_factory.mktemp("pg") / "data"
     dsn = server.start(data_dir, keep_running=True)
     yield dsn
     server.stop(data_dir)
+
+
+@pytest.fixture(scope="session")
+def eval_data() -> Callable[..., Path]:
+    """eval_data("locomo", "scifact") -> the evaluation data folder (MEMORIA_EVAL_DATA) holding those sets.
+
+    Without them the test is skipped with the reason, or fails when MEMORIA_REQUIRE_EVAL_DATA=1 (CI,
+    which has the data: there a missing folder is a broken setup, not a test to skip)."""
+    from evals.data import DATA_ENV, DATA_LAYOUT
+
+    def need(*names: str) -> Path:
+        env = os.environ.get(DATA_ENV)
+        root = Path(env) if env else None
+        missing = [f"{n}/" for n in names if root is not None and not (root / n).is_dir()]
+        if root is None or missing:
+            where = f"{', '.join(missing)} not in {root}" if root else f"{DATA_ENV} is not set"
+            reason = (f"evaluation data not found ({where}): set {DATA_ENV} to the folder holding "
+                      f"{DATA_LAYOUT} (CI sets it)")
+            if os.environ.get("MEMORIA_REQUIRE_EVAL_DATA") == "1":
+                pytest.fail(f"{reason}; MEMORIA_REQUIRE_EVAL_DATA=1 makes this a failure", pytrace=False)
+            pytest.skip(reason)
+        return root
+
+    return need
 
 
 @pytest.fixture(scope="session")

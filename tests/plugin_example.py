@@ -1,6 +1,6 @@
 """The plugin example from the README: a post-routing hook that keeps only vector + BM25."""
 
-from memoria_pg.types import Route
+from memoria_pg.core.types import Route
 
 
 def register(registry) -> None:

@@ -7,11 +7,16 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from memoria_pg.candidates import RRF_WEIGHTS, SCORE_WEIGHTS, build_candidates, filter_by_type
+from memoria_pg.query.candidates import build_candidates, filter_by_type
+from memoria_pg.query.workers import DEFAULT_WORKERS
 from memoria_pg.config import Config
-from memoria_pg.embedding import HashEmbedder
+from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.system import MemorySystem
-from memoria_pg.types import CandidateRecord, SourceHit
+from memoria_pg.core.types import CandidateRecord, SourceHit
+
+
+SCORE_WEIGHTS = DEFAULT_WORKERS.weights("score")
+RRF_WEIGHTS = DEFAULT_WORKERS.weights("rrf")
 
 
 def hit(memory_id: int, source: str, rank: int, score: float, **detail) -> SourceHit:
@@ -22,7 +27,7 @@ def hit(memory_id: int, source: str, rank: int, score: float, **detail) -> Sourc
 def candidates(system: MemorySystem, hits: dict[str, list[SourceHit]], *, tenant: str = "t", cap: int = 200,
                method: str = "score"):
     with system.db.transaction(tenant) as conn:
-        return build_candidates(conn, hits, cap=cap, rrf_k=60, method=method)
+        return build_candidates(conn, hits, DEFAULT_WORKERS, cap=cap, rrf_k=60, depth=20, method=method)
 
 
 @pytest.fixture
@@ -66,7 +71,7 @@ def test_the_final_cte_gives_the_same_candidates_on_its_generic_plan(system, fiv
     for _ in range(8):
         with system.db.transaction("t", generic_plans=True) as conn:
             assert conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()[0] == "force_generic_plan"
-            found = build_candidates(conn, hits, cap=200, rrf_k=60)
+            found = build_candidates(conn, hits, DEFAULT_WORKERS, cap=200, rrf_k=60, depth=20)
         assert [(x.memory_id, x.sources, x.scores, x.retrieval_score) for x in found] == expected
     with system.db.transaction("t") as conn:  # the workers' transactions keep custom plans
         assert conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()[0] == "force_custom_plan"

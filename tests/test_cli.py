@@ -11,9 +11,9 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from memoria_pg import migrate
+from memoria_pg.db import migrate
 from memoria_pg.cli import cli
-from memoria_pg.embedding import HashEmbedder
+from memoria_pg.core.embedding import HashEmbedder
 
 CLEAN_ENV = {"MEMORIA_DSN": None, "MEMORIA_DATA_DIR": None}
 

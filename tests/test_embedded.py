@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from memoria_pg import migrate, server
+from memoria_pg.db import embedded as server
+from memoria_pg.db import migrate
 from memoria_pg.cli import cli
 from memoria_pg.config import Config
-from memoria_pg.embedding import HashEmbedder
+from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.system import MemorySystem
 
 pytestmark = pytest.mark.embedded

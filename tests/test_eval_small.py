@@ -1,9 +1,10 @@
-"""A small, fast quality evaluation with the real model (the full one is benchmarks/eval_quality.py).
+"""A small, fast quality evaluation with the real model (the full one is `python -m evals`).
 
 One LoCoMo conversation and 50 SciFact queries (their relevant abstracts plus 1,000 others). Fails
 when V4 retrieval-only falls below V3, or when the BM25 worker's nDCG@10 drifts from rank_bm25 on
-the same subset. The data is read from ../shared/eval next to the repository (MEMORIA_EVAL_DATA
-overrides); embeddings are cached under ~/.cache/memoria-pg/eval (MEMORIA_EVAL_CACHE overrides).
+the same subset. The data is read from MEMORIA_EVAL_DATA (without it these tests are skipped, or fail
+when MEMORIA_REQUIRE_EVAL_DATA=1: the `eval_data` fixture in conftest.py); embeddings are cached
+under ~/.cache/memoria-pg/eval (MEMORIA_EVAL_CACHE overrides).
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memoria_pg.eval import default_data_root, run_eval
-from memoria_pg.eval.data import DATA_ENV
+from evals import run_eval
 
 pytestmark = pytest.mark.model
 
@@ -21,14 +21,9 @@ CONFIGURATIONS = ("v3", "bm25", "v4", "ref_bm25")
 BM25_DRIFT = 0.02
 
 
-@pytest.fixture(scope="module")
-def data_root() -> Path:
-    root = default_data_root()
-    missing = [name for name in ("locomo", "scifact") if not (root / name).is_dir()]
-    if missing:
-        pytest.fail(f"evaluation data {missing} not found in {root}: CI provides ../shared/eval next to the "
-                    f"repository; elsewhere set {DATA_ENV} to the folder holding it")
-    return root
+@pytest.fixture(scope="session")  # session-scoped and first: the data is checked before a server starts
+def data_root(eval_data) -> Path:
+    return eval_data("locomo", "scifact")
 
 
 def _evaluate(admin_dsn: str, root: Path, out: Path, dataset: str, **limits):
@@ -44,13 +39,13 @@ def _value(result, name: str, group: str, metric: str) -> float:
     return result.result(name).metrics[group][metric]
 
 
-def test_locomo_v4_not_below_v3(admin_dsn: str, data_root: Path, tmp_path: Path) -> None:
+def test_locomo_v4_not_below_v3(data_root: Path, admin_dsn: str, tmp_path: Path) -> None:
     result = _evaluate(admin_dsn, data_root, tmp_path, "locomo", max_tenants=1)
     v4, v3 = (_value(result, n, "overall", "recall@10") for n in ("v4", "v3"))
     assert v4 >= v3, f"LoCoMo evidence recall@10: V4 retrieval-only {v4:.4f} < V3 {v3:.4f}"
 
 
-def test_scifact_v4_not_below_v3_and_bm25_matches_rank_bm25(admin_dsn: str, data_root: Path,
+def test_scifact_v4_not_below_v3_and_bm25_matches_rank_bm25(data_root: Path, admin_dsn: str,
                                                              tmp_path: Path) -> None:
     result = _evaluate(admin_dsn, data_root, tmp_path, "scifact", limit_queries=50, corpus_limit=1000)
     v4, v3 = (_value(result, n, "all", "ndcg@10") for n in ("v4", "v3"))
@@ -60,9 +55,10 @@ def test_scifact_v4_not_below_v3_and_bm25_matches_rank_bm25(admin_dsn: str, data
         f"SciFact nDCG@10: BM25 worker {worker:.4f} vs rank_bm25 {reference:.4f} (allowed drift {BM25_DRIFT})"
 
 
-def test_conversation_loaders_store_turns_with_their_neighbours(data_root: Path):
-    from memoria_pg.eval import locomo, longmemeval
+def test_conversation_loaders_store_turns_with_their_neighbours(eval_data):
+    from evals import locomo, longmemeval
 
+    data_root = eval_data("locomo", "longmemeval")
     docs = locomo.load(data_root).documents
     session = [d for d in docs if d.tenant == docs[0].tenant and d.metadata["session"] == 1]
     assert session[3].context == "\n".join(d.content for d in session[1:3] + session[4:6])

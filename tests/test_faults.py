@@ -18,15 +18,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from memoria_pg import server
+from memoria_pg.db import embedded as server
 from memoria_pg.config import Config
-from memoria_pg.embedding import HashEmbedder
+from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.errors import PoolTimeout
-from memoria_pg.scheduler import Scheduler
+from memoria_pg.query.scheduler import Scheduler
 from memoria_pg.system import MemorySystem
-from memoria_pg.types import SourceHit
-from memoria_pg.workers import WORKERS
-from memoria_pg.workers.base import Worker
+from memoria_pg.core.types import SourceHit
+from memoria_pg.query.workers import DEFAULT_WORKERS
+from memoria_pg.query.workers.phrase import PhraseWorker
 
 REPO = Path(__file__).resolve().parents[1]
 MARK = "memoria fault test"
@@ -64,9 +64,11 @@ def terminate_when_sleeping(dsn: str) -> threading.Thread:
     return thread
 
 
-class SleepyPhrase(Worker):
-    name = "phrase"
-    sql_name = "workers/phrase"
+class Sleepy(PhraseWorker):
+    """A worker whose statement sleeps until it is terminated (registered beside the default ones)."""
+
+    name = "sleepy"
+    score_name = "sleepy"
 
     def statements(self, ctx):
         return [(SLEEP_SQL, {})]
@@ -74,7 +76,8 @@ class SleepyPhrase(Worker):
 
 @pytest.fixture
 def stored(config: Config):
-    with MemorySystem(config.replace(retrieval_deadline_ms=15_000), embedder=HashEmbedder()) as system:
+    with MemorySystem(config.replace(retrieval_deadline_ms=15_000), embedder=HashEmbedder(),
+                      worker_registry=DEFAULT_WORKERS.replace(Sleepy)) as system:
         ids = system.store_many([{"content": 'Maya walked the "Old Town" walls at dawn.', "tenant": "t"},
                                  {"content": "Maya's notebook is green.", "tenant": "t"}]).ids
         system.stored_ids = ids
@@ -83,21 +86,19 @@ def stored(config: Config):
 
 # -- pg_terminate_backend ------------------------------------------------------------------------------
 
-def test_worker_terminated_mid_query_fails_and_the_query_answers(stored, dsn, monkeypatch):
-    monkeypatch.setitem(WORKERS, "phrase", SleepyPhrase)
+def test_worker_terminated_mid_query_fails_and_the_query_answers(stored, dsn):
     killer = terminate_when_sleeping(dsn)
     started = time.monotonic()
-    response = stored.query('walking the "Old Town" walls', tenant="t", workers=["vector", "phrase"],
+    response = stored.query('walking the "Old Town" walls', tenant="t", workers=["vector", "sleepy"],
                             ranking=False)
     killer.join(NO_HANG_S)
     d = response.diagnostics
     assert time.monotonic() - started < NO_HANG_S
-    assert d.completed_sources == ["vector"] and d.failed_sources == ["phrase"] and d.pending_sources == []
-    assert "terminating connection due to administrator command" in d.worker_errors["phrase"]
+    assert d.completed_sources == ["vector"] and d.failed_sources == ["sleepy"] and d.pending_sources == []
+    assert "terminating connection due to administrator command" in d.worker_errors["sleepy"]
     assert d.retrieval_finish_reason == "completed_with_failures" and d.policy_satisfied
     assert response.memories[0].memory_id == stored.stored_ids[0]
 
-    monkeypatch.undo()
     for _ in range(stored.db.pool.max_size + 1):  # every pooled connection works again
         again = stored.query('walking the "Old Town" walls', tenant="t", ranking=False)
         assert again.diagnostics.failed_sources == [] and again.memories

@@ -16,12 +16,12 @@ import numpy as np
 import psycopg
 import pytest
 
-from memoria_pg import graph_age
-from memoria_pg.ingest import normalize_entity
-from memoria_pg.text import normalize
-from memoria_pg.types import ProcessedQuery, Shard
-from memoria_pg.workers import WorkerContext
-from memoria_pg.workers.graph import GraphWorker
+from memoria_pg.db import graph_age
+from memoria_pg.core.text import normalize_entity
+from memoria_pg.core.text import normalize
+from memoria_pg.core.types import ProcessedQuery, Shard
+from memoria_pg.query.workers import WorkerContext
+from memoria_pg.query.workers.graph import GraphWorker
 
 TENANT_A = "tenant-a"
 TENANT_B = "tenant 'b' {$$}"  # the tenant itself is only ever a bound parameter too
@@ -365,9 +365,9 @@ def test_a_schema_before_0003_asks_for_the_upgrade(admin_dsn, server_has_age):
     a batch fails with SchemaError (and writes nothing), the graph worker fails and the query answers."""
     if not server_has_age:
         pytest.skip("the server has no Apache AGE")
-    from memoria_pg import migrate
+    from memoria_pg.db import migrate
     from memoria_pg.config import Config
-    from memoria_pg.embedding import HashEmbedder
+    from memoria_pg.core.embedding import HashEmbedder
     from memoria_pg.errors import SchemaError
     from memoria_pg.system import MemorySystem
 

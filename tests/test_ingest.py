@@ -13,12 +13,13 @@ import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
-from memoria_pg.embedding import CONTEXT_WEIGHT
+from memoria_pg.core.embedding import CONTEXT_WEIGHT
 from memoria_pg.errors import InputError
-from memoria_pg.ingest import Ingestor, MemoryRecord
-from memoria_pg.ingest_files import read_records
+from memoria_pg.core.types import MemoryRecord
+from memoria_pg.ingest import Ingestor, RecordRules
+from memoria_pg.ingest.files import read_records
 from memoria_pg.system import MemorySystem
-from memoria_pg.text import tokenize
+from memoria_pg.core.text import tokenize
 
 WRITTEN_TABLES = ("memories", "memory_terms", "entities", "memory_entities", "entity_edges",
                   "memory_attributes", "bm25_docs", "bm25_terms")
@@ -123,9 +124,9 @@ def test_a_failure_while_writing_rolls_back_every_tenant_of_the_batch(system, ds
         if tenant == "b":
             raise RuntimeError("graph mirror unavailable")
 
-    ingestor = Ingestor(system.db, embedder=system.embedder, memory_types=system.memory_types,
-                        default_type="general", default_tenant="default", dim=384, max_chars=1000,
-                        k1=1.2, b=0.75, graph_writer=fail_for_b)
+    rules = RecordRules(memory_types=system.memory_types, default_type="general", default_tenant="default",
+                        dim=384, max_chars=1000)
+    ingestor = Ingestor(system.db, embedder=system.embedder, rules=rules, k1=1.2, b=0.75, graph_writer=fail_for_b)
     with pytest.raises(RuntimeError):
         ingestor.store_batch([{"content": "Ada Lovelace wrote notes", "tenant": "a"},
                               {"content": "Grace Hopper found a bug", "tenant": "b"}])
@@ -266,7 +267,7 @@ def test_supplied_vectors_are_stored_unchanged(config, dsn):
     vectors = np.random.default_rng(7).normal(size=(3, 384)).astype(np.float32) * 3  # not even unit length
     with MemorySystem(config) as system:  # no embedder: supplied vectors must not need one
         result = system.store_many([{"content": f"vector {i}", "embedding": v.tolist()} for i, v in enumerate(vectors)])
-        assert system._embedder is None
+        assert not system.ingestor.embedder.loaded
     stored = dict(rows(dsn, "SELECT id, embedding FROM memoria.memories"))
     for memory_id, vector in zip(result.ids, vectors):
         np.testing.assert_array_equal(stored[memory_id].to_numpy(), vector)
@@ -351,9 +352,9 @@ def test_file_records_that_fail_validation_name_their_line(system, dsn, tmp_path
 
 def test_a_schema_older_than_the_library_asks_for_the_upgrade(admin_dsn):
     """Before 0006 memories have no context column: a batch fails with SchemaError and writes nothing."""
-    from memoria_pg import migrate
+    from memoria_pg.db import migrate
     from memoria_pg.config import Config
-    from memoria_pg.embedding import HashEmbedder
+    from memoria_pg.core.embedding import HashEmbedder
     from memoria_pg.errors import SchemaError
 
     from .conftest import create_database, drop_database

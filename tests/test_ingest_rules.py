@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from memoria_pg import entities
+from memoria_pg.core import entities
 
 SUBJECTS = ["Bob", "I", "Mary Jane", "José García", "Dr. Smith", "Alice's", "My", "my", "Bob’s", "we", "They"]
 MIDDLES = [

@@ -13,8 +13,8 @@ import threading
 import psycopg
 import pytest
 
-from memoria_pg import migrate
-from memoria_pg.embedding import HashEmbedder
+from memoria_pg.db import migrate
+from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.errors import InputError
 from memoria_pg.system import MemorySystem
 
@@ -284,11 +284,12 @@ def test_writers_never_outnumber_the_pooled_connections(config, dsn):
 
 
 def test_pipeline_mode_only_where_libpq_supports_it(monkeypatch):
-    from memoria_pg.ingest import Ingestor
+    from memoria_pg.ingest import Ingestor, RecordRules
 
     def ingestor() -> Ingestor:
-        return Ingestor(None, embedder=None, memory_types=("general",), default_type="general",
-                        default_tenant="t", dim=384, max_chars=1000, k1=1.2, b=0.75)
+        rules = RecordRules(memory_types=("general",), default_type="general", default_tenant="t", dim=384,
+                            max_chars=1000)
+        return Ingestor(None, embedder=HashEmbedder(), rules=rules, k1=1.2, b=0.75)  # type: ignore[arg-type]
 
     assert ingestor().pipeline is psycopg.Pipeline.is_supported()
     monkeypatch.setattr(psycopg.Pipeline, "is_supported", classmethod(lambda cls: False))

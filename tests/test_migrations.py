@@ -6,7 +6,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from memoria_pg import migrate
+from memoria_pg.db import migrate
 from memoria_pg.config import DEFAULT_MEMORY_TYPES
 from memoria_pg.db import Capabilities, Database, detect_capabilities, require_vector
 from memoria_pg.errors import ConfigError, ExtensionMissing, SchemaError, ServerError

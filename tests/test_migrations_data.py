@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
-from memoria_pg import migrate
+from memoria_pg.db import migrate
 from memoria_pg.errors import SchemaError
 from memoria_pg.cli import cli
 from memoria_pg.config import Config
-from memoria_pg.embedding import HashEmbedder
-from memoria_pg.resources import load_sql
+from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.db import load_sql
 from memoria_pg.system import MemorySystem
 
 HEAD = migrate.history("")[-1][0]  # the latest revision

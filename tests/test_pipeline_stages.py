@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from memoria_pg.config import Config
-from memoria_pg.embedding import HashEmbedder
+from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.plugins import PluginRegistry
 from memoria_pg.system import MemorySystem
-from memoria_pg.types import Route
+from memoria_pg.core.types import Route
 
 PREFS = [
     "Nina prefers window seats on trains.", "Nina likes her tea without milk.",

@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 from memoria_pg.cli import cli
 from memoria_pg.config import DEFAULT_MEMORY_TYPES
-from memoria_pg.embedding import HashEmbedder
-from memoria_pg.entities import entity_key
+from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.core.entities import entity_key
 from memoria_pg.errors import InputError
-from memoria_pg.query_processor import QueryProcessor
-from memoria_pg.text import normalize, tokenize
+from memoria_pg.query.processor import QueryProcessor
+from memoria_pg.core.text import normalize, tokenize
 
 REPO = Path(__file__).resolve().parents[1]
 WRITTEN_TABLES = ("memories", "memory_terms", "bm25_terms", "bm25_docs", "entities", "memory_entities",
@@ -101,7 +101,7 @@ def test_query_processor_accepts_valid_text_and_raises_only_input_error(text, te
 
 
 def _grams(normalized: str) -> list[str]:
-    from memoria_pg.query_processor import candidate_ngrams
+    from memoria_pg.query.processor import candidate_ngrams
 
     return candidate_ngrams(normalized)
 

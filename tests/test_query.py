@@ -7,11 +7,11 @@ import numpy as np
 import psycopg
 import pytest
 
-from memoria_pg.embedding import HashEmbedder
+from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.errors import InputError
-from memoria_pg.shards import ALL, per_shard_limit, populated, select_shards
+from memoria_pg.query.shards import ALL, per_shard_limit, populated, select_shards
 from memoria_pg.system import MemoryRecord, MemorySystem
-from memoria_pg.types import Route, Shard
+from memoria_pg.core.types import Route, Shard
 
 ALL_WORKERS = ["vector", "bm25", "fusion", "graph", "phrase", "attribute"]
 SPEC_DIAGNOSTICS = (

@@ -8,10 +8,11 @@ import time
 import psycopg
 import pytest
 
-from memoria_pg.scheduler import CompletionPolicy, Scheduler
-from memoria_pg.types import SourceHit
-from memoria_pg.workers import WORKERS
-from memoria_pg.workers.base import Worker
+from memoria_pg.query.scheduler import CompletionPolicy, Scheduler
+from memoria_pg.core.types import SourceHit
+from memoria_pg.query.workers import DEFAULT_WORKERS
+from memoria_pg.query.workers.bm25 import BM25Worker
+from memoria_pg.query.workers.phrase import PhraseWorker
 
 SLEEP_SQL = "SELECT pg_sleep(5) /* memoria scheduler test */"
 
@@ -139,29 +140,25 @@ def test_tasks_run_concurrently(scheduler):
 
 # -- through the query pipeline ----------------------------------------------------------------------
 
-class SleepyPhrase(Worker):
-    name = "phrase"
-    sql_name = "workers/phrase"
+class SleepyPhrase(PhraseWorker):
 
     def statements(self, ctx):
         return [(SLEEP_SQL, {})]
 
 
-class BrokenBM25(Worker):
-    name = "bm25"
-    sql_name = "workers/bm25"
+class BrokenBM25(BM25Worker):
 
     def statements(self, ctx):
         return [("SELECT memory_id FROM memoria.no_such_table", {})]
 
 
-def test_pipeline_reports_pending_and_failed_sources(config, monkeypatch, dsn):
-    from memoria_pg.embedding import HashEmbedder
+def test_pipeline_reports_pending_and_failed_sources(config, dsn):
+    from memoria_pg.core.embedding import HashEmbedder
     from memoria_pg.system import MemorySystem
 
-    monkeypatch.setitem(WORKERS, "phrase", SleepyPhrase)
-    monkeypatch.setitem(WORKERS, "bm25", BrokenBM25)
-    with MemorySystem(config.replace(retrieval_deadline_ms=300), embedder=HashEmbedder()) as system:
+    registry = DEFAULT_WORKERS.replace(SleepyPhrase, BrokenBM25)
+    with MemorySystem(config.replace(retrieval_deadline_ms=300), embedder=HashEmbedder(),
+                      worker_registry=registry) as system:
         stored = system.store('We toured "Old Town" on foot', tenant="t")
         system.scheduler.run({"a": lambda c: [], "b": lambda c: [], "c": lambda c: []}, tenant="t",
                              deadline_ms=5000)  # warm the pool: the deadline is for the statements

@@ -6,10 +6,11 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from memoria_pg.candidates import build_candidates
+from memoria_pg.query.candidates import build_candidates
+from memoria_pg.query.workers import DEFAULT_WORKERS
 from memoria_pg.errors import InputError
 from memoria_pg.system import MemorySystem
-from memoria_pg.types import SourceHit
+from memoria_pg.core.types import SourceHit
 
 TENANT_TABLES = ("memories", "memory_terms", "bm25_terms", "bm25_docs", "entities", "memory_entities",
                  "entity_edges", "memory_attributes", "query_traces", "query_trace_candidates",
@@ -82,9 +83,9 @@ def test_final_cte_ignores_ids_of_another_tenant(two_tenants: MemorySystem):
     hits = {"vector": [SourceHit(memory_id=i, source="vector", rank=n + 1, score=0.1, memory_type=t)
                        for n, (i, t) in enumerate(_b_ids(two_tenants))]}
     with two_tenants.db.transaction("A") as conn:
-        assert build_candidates(conn, hits, cap=200, rrf_k=60) == []
+        assert build_candidates(conn, hits, DEFAULT_WORKERS, cap=200, rrf_k=60, depth=20) == []
     with two_tenants.db.transaction("B") as conn:
-        assert len(build_candidates(conn, hits, cap=200, rrf_k=60)) == 3
+        assert len(build_candidates(conn, hits, DEFAULT_WORKERS, cap=200, rrf_k=60, depth=20)) == 3
 
 
 def test_traces_are_isolated(two_tenants: MemorySystem):

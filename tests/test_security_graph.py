@@ -7,7 +7,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from memoria_pg import graph_age
+from memoria_pg.db import graph_age
 from memoria_pg.db import APP_ROLE
 from memoria_pg.system import MemorySystem
 

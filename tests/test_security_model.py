@@ -9,7 +9,7 @@ import pytest
 
 from memoria_pg.config import Config
 from memoria_pg.db import APP_ROLE
-from memoria_pg.embedding import HashEmbedder
+from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.system import MemorySystem
 
 

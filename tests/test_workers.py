@@ -13,19 +13,20 @@ import psycopg
 import pytest
 
 from memoria_pg.config import Config
-from memoria_pg.embedding import HashEmbedder
-from memoria_pg.resources import load_sql
-from memoria_pg.shards import ALL
+from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.db import load_sql
+from memoria_pg.query.shards import ALL
 from memoria_pg.system import MemorySystem
-from memoria_pg.text import tokenize
-from memoria_pg.types import ProcessedQuery, Shard, SourceHit
-from memoria_pg.workers import WORKERS, WorkerContext
-from memoria_pg.workers.attribute import AttributeWorker
-from memoria_pg.workers.bm25 import BM25Worker
-from memoria_pg.workers.fusion import FusionWorker
-from memoria_pg.workers.graph import GraphWorker
-from memoria_pg.workers.phrase import PhraseWorker
-from memoria_pg.workers.vector import VectorWorker
+from memoria_pg.core.text import tokenize
+from memoria_pg.core.types import ProcessedQuery, Shard, SourceHit
+from memoria_pg.query.workers import DEFAULT_WORKERS as WORKERS
+from memoria_pg.query.workers import WorkerContext
+from memoria_pg.query.workers.attribute import AttributeWorker
+from memoria_pg.query.workers.bm25 import BM25Worker
+from memoria_pg.query.workers.fusion import FusionWorker
+from memoria_pg.query.workers.graph import GraphWorker
+from memoria_pg.query.workers.phrase import PhraseWorker
+from memoria_pg.query.workers.vector import VectorWorker
 
 FUSION_DEPTH = Config().rrf_depth
 

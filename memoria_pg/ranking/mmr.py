@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..types import CandidateRecord
+from ..core.types import CandidateRecord
 
 
 def mmr(candidates: Sequence[CandidateRecord], k: int, lambda_: float = 0.7,

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..types import CandidateRecord, ProcessedQuery
+from ..core.types import CandidateRecord, ProcessedQuery
 from .mmr import mmr
 from .signals import SIGNAL_NAMES, SIGNALS, SignalContext, retrieval_by_rank
 
@@ -65,6 +65,14 @@ class RankingWeights:
         return dataclasses.replace(self, **{s: getattr(self, s) * factor for s in signals})
 
 
+class RankingStage(Protocol):
+    """The ranking stage after retrieval: the returned memories, best first, at most top_k."""
+
+    def rank(self, query: ProcessedQuery, candidates: list[CandidateRecord], top_k: int,
+             submitted_sources: Sequence[str], now: dt.datetime | None = None,
+             boost: Sequence[str] = ()) -> list[CandidateRecord]: ...
+
+
 class SignalPlugin(Protocol):
     name: str
     weight: float
@@ -96,12 +104,15 @@ class RankingPipeline:
         self.rank_constant = rank_constant
 
     def score(self, query: ProcessedQuery, candidates: Sequence[CandidateRecord],
-              submitted_sources: Sequence[str], now: dt.datetime | None = None) -> None:
-        """Set final_score and explanation ({signal: weight * value}) on every candidate."""
+              submitted_sources: Sequence[str], now: dt.datetime | None = None,
+              boost: Sequence[str] = ()) -> None:
+        """Set final_score and explanation ({signal: weight * value}) on every candidate; the
+        `boost` signals (a Route's signals, e.g. recency for episodic queries) weigh more."""
         ctx = SignalContext(query, now or dt.datetime.now(dt.timezone.utc), frozenset(submitted_sources),
                             retrieval_by_rank(candidates, self.rank_constant),
                             self.half_life_days, self.access_saturation)
-        weights = {name: w for name, w in self.weights.as_dict().items() if w}
+        chosen = self.weights.boosted(boost) if boost else self.weights
+        weights = {name: w for name, w in chosen.as_dict().items() if w}
         for candidate in candidates:
             explanation = {name: w * SIGNALS[name](candidate, ctx) for name, w in weights.items()}
             for plugin in self.signal_plugins:
@@ -111,11 +122,12 @@ class RankingPipeline:
             candidate.final_score = sum(explanation.values())
 
     def rank(self, query: ProcessedQuery, candidates: list[CandidateRecord], top_k: int,
-             submitted_sources: Sequence[str], now: dt.datetime | None = None) -> list[CandidateRecord]:
+             submitted_sources: Sequence[str], now: dt.datetime | None = None,
+             boost: Sequence[str] = ()) -> list[CandidateRecord]:
         """The best top_k candidates above score_floor, scored and in MMR order."""
         if top_k <= 0:
             raise ValueError("top_k must be positive")
-        self.score(query, candidates, submitted_sources, now)
+        self.score(query, candidates, submitted_sources, now, boost)
         ordered = sorted(candidates, key=lambda c: c.final_score, reverse=True)
         if self.mmr_lambda < 1.0:
             ordered = mmr(ordered, len(ordered), self.mmr_lambda)
@@ -126,9 +138,3 @@ def finalize(candidates: Sequence[CandidateRecord], top_k: int, score_floor: flo
     """The first top_k candidates whose final_score reaches score_floor, order kept."""
     return [c for c in candidates if c.final_score >= score_floor][:top_k]
 
-
-def retrieval_only(candidates: Sequence[CandidateRecord], top_k: int) -> list[CandidateRecord]:
-    """Retrieval-only mode: order by retrieval_score, falling back to base_score (inverse distance)."""
-    for c in candidates:
-        c.final_score = c.retrieval_score or c.base_score
-    return sorted(candidates, key=lambda c: c.final_score, reverse=True)[:top_k]

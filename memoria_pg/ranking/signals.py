@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..types import CandidateRecord, ProcessedQuery
+from ..core.types import CandidateRecord, ProcessedQuery
 
 
 @dataclass(frozen=True)

@@ -216,7 +216,7 @@ TO memoria_app;
 """
 
 
-# The AGE graph mirrors entities, memory_entities and entity_edges (memoria_pg/graph_age.py keeps it
+# The AGE graph mirrors entities, memory_entities and entity_edges (memoria_pg/db/graph_age.py keeps it
 # in sync). AGE creates label tables without any index: add the ones the sync and the graph worker
 # (SQL over the label tables) probe. Every vertex and edge carries a tenant property and every graph
 # statement of the library filters on it. No row-level security here: under RLS PostgreSQL only

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memoria_pg.embedding import CONTEXT_WEIGHT, HashEmbedder, embed_memories
-from memoria_pg.eval.data import neighbour_context
-from memoria_pg.text import CONTENT_WEIGHT, indexed_term_counts, indexed_tokens, tokenize
+from evals.data import neighbour_context
+from memoria_pg.core.embedding import CONTEXT_WEIGHT, HashEmbedder, embed_memories
+from memoria_pg.core.text import CONTENT_WEIGHT, indexed_term_counts, indexed_tokens, tokenize
 
 
 def test_without_a_context_the_tokens_are_the_contents():

@@ -1,6 +1,6 @@
 import pytest
 
-from memoria_pg.entities import (ATTRIBUTE_SYNONYMS, EntityExtractor, RuleBasedExtractor, canonical_attribute,
+from memoria_pg.core.entities import (ATTRIBUTE_SYNONYMS, EntityExtractor, RuleBasedExtractor, canonical_attribute,
                                  capitalized_names, entity_key, extract_attributes, extract_entities,
                                  known_mentions, quoted_spans)
 

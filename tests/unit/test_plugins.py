@@ -8,8 +8,8 @@ from memoria_pg import plugins
 from memoria_pg.errors import ConfigError
 from memoria_pg.plugins import PluginRegistry
 from memoria_pg.ranking import RankingPipeline
-from memoria_pg.routing import Router
-from memoria_pg.types import ProcessedQuery
+from memoria_pg.query.routing import Router
+from memoria_pg.core.types import ProcessedQuery
 
 PLUGIN_SOURCE = textwrap.dedent("""
     import dataclasses

@@ -2,8 +2,8 @@ import pytest
 
 from memoria_pg.config import DEFAULT_MEMORY_TYPES
 from memoria_pg.errors import InputError
-from memoria_pg.query_processor import QueryProcessor, candidate_ngrams, subject_attribute
-from memoria_pg.text import tokenize
+from memoria_pg.query.processor import QueryProcessor, candidate_ngrams, subject_attribute
+from memoria_pg.core.text import tokenize
 
 KNOWN = {"bob": "Bob", "new york": "New York", "acme corp": "Acme Corp", "zoë": "Zoë"}
 

@@ -5,8 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from memoria_pg.ranking import RankingPipeline, RankingWeights, finalize, mmr, retrieval_only
-from memoria_pg.types import CandidateRecord, ProcessedQuery
+from memoria_pg.query.candidates import retrieval_order
+from memoria_pg.ranking import RankingPipeline, RankingWeights, finalize, mmr
+from memoria_pg.core.types import CandidateRecord, ProcessedQuery
 
 NOW = dt.datetime(2025, 6, 1, tzinfo=dt.timezone.utc)
 QUERY = ProcessedQuery(text="q", normalized="q", tokens=["q"], tenant="t", memory_type_hint="episodic")
@@ -145,8 +146,10 @@ def test_mmr_without_embeddings_is_relevance_order_and_handles_edges():
         mmr(cands, 2, lambda_=1.5)
 
 
-def test_finalize_and_retrieval_only():
-    cands = [cand(1, 0.2), cand(2, 0.0, base_score=0.5), cand(3, 0.9)]
-    ranked = retrieval_only(cands, 2)
-    assert ids(ranked) == [3, 2]
+def test_finalize_and_retrieval_order():
+    cands = [cand(1, 0.2), cand(2, 0.0, base_score=0.5), cand(4, 0.0, base_score=0.9), cand(3, 0.9)]
+    ranked = retrieval_order(cands)
+    # fused score first; memories without one (retrieval_score 0) after, by inverse distance
+    assert ids(ranked) == [3, 1, 4, 2]
+    ranked = ranked[:2]
     assert finalize(ranked, 5, score_floor=0.6) == [ranked[0]]

@@ -4,7 +4,7 @@ import pytest
 
 from memoria_pg.ranking.signals import (SIGNALS, SignalContext, access, agreement, attribute_hit, graph_hit,
                                         importance, phrase_hit, recency, retrieval, retrieval_by_rank, type_match)
-from memoria_pg.types import CandidateRecord, ProcessedQuery
+from memoria_pg.core.types import CandidateRecord, ProcessedQuery
 
 NOW = dt.datetime(2025, 6, 1, tzinfo=dt.timezone.utc)
 

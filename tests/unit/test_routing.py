@@ -2,11 +2,14 @@ import dataclasses
 
 import pytest
 
-from memoria_pg.config import DEFAULT_MEMORY_TYPES, WORKER_NAMES
+from memoria_pg.config import DEFAULT_MEMORY_TYPES, Config
 from memoria_pg.errors import ConfigError
 from memoria_pg.ranking import SIGNAL_NAMES
-from memoria_pg.routing import PRESETS, ROUTES, Router, preset, submitted_workers
-from memoria_pg.types import ProcessedQuery, Route
+from memoria_pg.query.routing import PRESETS, ROUTES, Router, preset, submitted_workers
+from memoria_pg.core.types import ProcessedQuery, Route
+from memoria_pg.query.workers import DEFAULT_WORKERS
+
+WORKER_NAMES = DEFAULT_WORKERS.names
 
 
 def query(hint=None, **fields):
@@ -98,7 +101,7 @@ def test_post_hook_with_unknown_worker_rejected():
         Router(post_hooks=[bad]).route(query())
 
 
-ALL_ON = dict(fusion_enabled=True, phrase_index_enabled=True, graph_enabled=True)
+ALL_ON = {"config": Config(enable_fusion=True, enable_phrase_index=True, enable_graph=True)}
 GENERAL = ROUTES["general"]
 
 
@@ -116,7 +119,7 @@ def test_preconditions_from_query():
 
 def test_preconditions_from_settings():
     q = query(entities=["Bob"], phrases=["New York"], subject="Bob", attribute="location")
-    off = dict(fusion_enabled=False, phrase_index_enabled=False, graph_enabled=False)
+    off = {"config": Config(enable_fusion=False, enable_phrase_index=False, enable_graph=False)}
     assert submitted_workers(GENERAL, q, **off) == ["vector", "bm25", "attribute"]
 
 

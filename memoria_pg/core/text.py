@@ -1,0 +1,87 @@
+"""Text normalization and the tokenizer shared by ingestion (BM25 postings) and queries."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable
+
+# Short English stopword list: removing the commonest function words keeps BM25 posting lists short
+# without hurting recall (they carry almost no IDF).
+STOPWORDS = frozenset(
+    """a an and are as at be been but by did do does for from had has have he her him his i if in
+    into is it its me my of on or our she so than that the their them then there these they this
+    those to was we were what when where which who whom why will with would you your""".split()
+)
+
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+_WS = re.compile(r"\s+")
+_POSSESSIVE = re.compile(r"'s(?=\s|$)")
+
+
+def normalize(text: str) -> str:
+    """NFKC, whitespace collapsed, stripped; case kept (entity recognition needs it)."""
+    return _WS.sub(" ", unicodedata.normalize("NFKC", text)).strip()
+
+
+def _stem(token: str) -> str:
+    # A deliberately light plural/possessive stemmer: conservative enough not to merge unrelated
+    # words, enough to match "dogs"/"dog" and "Alice's"/"alice".
+    if len(token) > 4 and token.endswith("ies"):
+        return token[:-3] + "y"
+    if len(token) > 3 and token.endswith("s") and not token.endswith(("ss", "us", "is")):
+        return token[:-1]
+    return token
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased word tokens minus stopwords, lightly stemmed; the BM25 vocabulary."""
+    folded = unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'")
+    # Possessive 's before any whitespace or the end: ingestion tokenizes raw content, queries
+    # their normalized text, and both must give "boss's\nbook" and "boss's book" the same tokens.
+    folded = _POSSESSIVE.sub(" ", folded).replace("'", "")
+    return [_stem(t) for t in _TOKEN.findall(folded) if t not in STOPWORDS]
+
+
+# A memory stored with a context (the turns before it in a conversation, a document's title...) is
+# indexed as a two-field document, BM25F style: its own words count CONTENT_WEIGHT times, the
+# context's once. The context makes a short turn findable by what it answers ("They're a real
+# support" after "How is your family?"), and the weight keeps the memory's own words first.
+# The weight was chosen on the LoCoMo dev set (README, "Why these defaults").
+CONTENT_WEIGHT = 2
+
+
+def indexed_tokens(content: str, context: str | None = None) -> list[str]:
+    """The tokens BM25 indexes for a memory: the content's (CONTENT_WEIGHT times when there is a
+    context) followed by the context's."""
+    tokens = tokenize(content)
+    if not context:
+        return tokens
+    return tokens * CONTENT_WEIGHT + tokenize(context)
+
+
+def indexed_term_counts(content: str, context: str | None = None) -> tuple[Counter[str], int]:
+    """(term frequencies, document length) of indexed_tokens: a memory's BM25 postings."""
+    tokens = indexed_tokens(content, context)
+    return Counter(tokens), len(tokens)
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(normalize(text).encode("utf-8")).hexdigest()
+
+
+def normalize_entity(name: str) -> str:
+    """The key an entity is stored and looked up by: normalized, case-folded, one apostrophe."""
+    return " ".join(normalize(name).casefold().replace("\u2019", "'").split())
+
+
+def dedupe_names(names: Iterable[str]) -> list[str]:
+    """Normalized names, the first spelling of each normalize_entity key, in order."""
+    seen: dict[str, str] = {}
+    for name in names:
+        clean = normalize(name)
+        if clean and normalize_entity(clean) not in seen:
+            seen[normalize_entity(clean)] = clean
+    return list(seen.values())

@@ -1,0 +1,112 @@
+"""Plain data passed between the stages of the retrieval path (the spec's nouns)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+@dataclass
+class ProcessedQuery:
+    """QueryProcessor's output: what every downstream stage reads."""
+
+    text: str
+    normalized: str
+    tokens: list[str]
+    tenant: str
+    memory_type_hint: str | None = None
+    entities: list[str] = field(default_factory=list)
+    phrases: list[str] = field(default_factory=list)
+    subject: str | None = None
+    attribute: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Route:
+    """The retrieval configuration the Router picks for a query."""
+
+    name: str
+    workers: tuple[str, ...]
+    graph_depth: int = 2
+    signals: tuple[str, ...] = ()
+    pool: str | None = None
+    fallback_pools: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One partition of `memories` (one memory type) or the single default shard (memory_type None)."""
+
+    memory_type: str | None
+
+
+@dataclass
+class SourceHit:
+    """One row a retrieval worker returned: `score` is source-specific (vector: cosine distance)."""
+
+    memory_id: int
+    source: str
+    rank: int
+    score: float
+    memory_type: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CandidateRecord:
+    """A unique memory in the candidate set, with every source that found it and their scores."""
+
+    memory_id: int
+    tenant: str
+    memory_type: str
+    content: str
+    metadata: dict[str, Any]
+    importance: float
+    created_at: dt.datetime
+    last_accessed_at: dt.datetime | None
+    access_count: int
+    embedding: np.ndarray | None
+    sources: list[str] = field(default_factory=list)
+    # per-source scores: vector_distance, bm25, fusion, graph_hops, attribute_distance, phrase,
+    # relevance, and <source>_rank for every source
+    scores: dict[str, float] = field(default_factory=dict)
+    base_score: float = 0.0  # 1 / (1 + vector distance) when the vector worker found it
+    retrieval_score: float = 0.0  # fused score of all sources, used by retrieval-only mode
+    final_score: float = 0.0
+    explanation: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class MemoryRecord:
+    """One memory to store. Only `content` is required."""
+
+    content: str
+    memory_type: str | None = None
+    tenant: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    importance: float = 0.5
+    created_at: dt.datetime | None = None
+    entities: list[str] | None = None  # None: extracted; a list: used as given
+    attributes: list[tuple[str, str, str]] | None = None  # (subject, attribute, value)
+    external_id: str | None = None
+    embedding: Sequence[float] | np.ndarray | None = None
+    pinned: bool = False
+    # Text that situates the memory (the turns before it in a conversation, a document's title):
+    # indexed with it - BM25 terms at a lower weight, and in the embedding - but not its content.
+    context: str | None = None
+
+
+@dataclass
+class StoreResult:
+    inserted: int = 0
+    duplicates: int = 0
+    ids: list[int | None] = field(default_factory=list)  # per record; the existing id is not looked up
+    # rows staged: memories + their BM25 terms + entities + attributes (a memory's terms and entities
+    # travel as arrays in its COPY row)
+    copy_rows: int = 0

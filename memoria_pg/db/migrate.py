@@ -1,0 +1,70 @@
+"""Alembic, driven from the library and the CLI (`memoria-pg db ...`)."""
+
+from __future__ import annotations
+
+import io
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+
+import psycopg
+
+from ..errors import ExtensionMissing, ServerError
+from .database import VECTOR_HELP
+from .resources import migrations_dir
+
+
+def alembic_config(dsn: str, *, memory_types: tuple[str, ...] = (), use_age: bool = True,
+                   stdout: io.TextIOBase | None = None) -> AlembicConfig:
+    path = migrations_dir()
+    cfg = AlembicConfig(str(path / "alembic.ini"), stdout=stdout or io.StringIO())
+    cfg.set_main_option("script_location", str(path))
+    cfg.set_main_option("version_locations", str(path / "versions"))
+    cfg.attributes["dsn"] = dsn
+    cfg.attributes["memory_types"] = tuple(memory_types)
+    cfg.attributes["use_age"] = use_age
+    return cfg
+
+
+def upgrade(dsn: str, revision: str = "head", **kw) -> None:
+    _check_vector(dsn)
+    command.upgrade(alembic_config(dsn, **kw), revision)
+
+
+def downgrade(dsn: str, revision: str = "base", **kw) -> None:
+    command.downgrade(alembic_config(dsn, **kw), revision)
+
+
+def current(dsn: str) -> str | None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass('public.alembic_version')").fetchone()[0] is None:
+            return None
+        row = conn.execute("SELECT version_num FROM public.alembic_version").fetchone()
+        return row[0] if row else None
+
+
+def history(dsn: str) -> list[tuple[str, str | None, str]]:
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config(dsn))
+    return [(s.revision, s.down_revision, (s.doc or "").splitlines()[0])
+            for s in reversed(list(script.walk_revisions()))]
+
+
+def add_memory_type(dsn: str, name: str) -> bool:
+    from ..config import valid_identifier
+
+    valid_identifier(name, "memory type")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        with conn.transaction():
+            return bool(conn.execute("SELECT memoria.add_memory_type(%s)", (name,)).fetchone()[0])
+
+
+def _check_vector(dsn: str) -> None:
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            row = conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone()
+    except psycopg.OperationalError as exc:
+        raise ServerError(f"cannot connect to PostgreSQL: {exc}") from exc
+    if row is None:
+        raise ExtensionMissing(VECTOR_HELP)

@@ -1,0 +1,251 @@
+"""Ingestion: validated records -> embeddings in batches -> COPY into staging -> one transaction per batch."""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import dataclasses
+import datetime as dt
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+
+from ..core.embedding import Embedder, embed_memories
+from ..core.text import normalize_entity
+from ..core.types import MemoryRecord, StoreResult
+from ..db import Database, load_sql, schema_current, set_tenant
+from .records import Key, Prepared, RecordRules, prepare
+
+GraphWriter = Callable[[psycopg.Connection, str], None]
+Batch = Sequence[MemoryRecord | Mapping[str, Any]]
+T = TypeVar("T")
+
+class Ingestor:
+    """Writes batches of memories; every batch is all-or-nothing."""
+
+    def __init__(self, db: Database, *, embedder: Embedder, rules: RecordRules, k1: float, b: float,
+                 graph_writer: GraphWriter | None = None) -> None:
+        self.db = db
+        self.embedder = embedder
+        self.rules = rules
+        self.k1, self.b = k1, b
+        self.graph_writer = graph_writer
+        # see _pipeline; False runs each statement on its own (profiling, or a libpq before 14)
+        self.pipeline = psycopg.Pipeline.is_supported()
+
+    @property
+    def memory_types(self) -> tuple[str, ...]:
+        return self.rules.memory_types
+
+    @memory_types.setter
+    def memory_types(self, types: Sequence[str]) -> None:
+        self.rules = dataclasses.replace(self.rules, memory_types=tuple(types))
+
+    def prepare(self, raw: MemoryRecord | Mapping[str, Any], where: str, now: dt.datetime) -> Prepared:
+        return prepare(raw, where, now, self.rules)
+
+    def prepare_batch(self, batch: Batch, wheres: Sequence[str] | None = None) -> list[Prepared]:
+        """Validate and embed one batch (no database access); InputError names the bad record."""
+        now = dt.datetime.now(dt.timezone.utc)
+        wheres = wheres or [f"record {i + 1}" for i in range(len(batch))]
+        prepared = [self.prepare(raw, where, now) for raw, where in zip(batch, wheres)]
+        self._embed_missing(prepared)
+        return prepared
+
+    def store_batch(self, batch: Batch, wheres: Sequence[str] | None = None) -> StoreResult:
+        """Validate, embed and write one batch in one transaction; an invalid record writes nothing."""
+        return self._write(self.prepare_batch(batch, wheres))
+
+    def store_batches(self, batches: Iterable[tuple[Batch, Sequence[str]]],
+                      *, writers: int = 1, progress: Callable[[int], None] | None = None,
+                      return_ids: bool = True) -> StoreResult:
+        """Write a stream of (batch, wheres) pairs, each batch in its own transaction.
+
+        Batches are prepared (validated, tokenized, embedded) in this thread while up to `writers`
+        earlier batches are written, each on its own pooled connection: at most `writers` prepared
+        batches wait in memory, whatever the stream's length. Results and `progress` follow the
+        stream's order. A memory whose key a batch still being written also inserts is written after
+        the rest of its batch (see _write_batch). On an error (a bad record, a failed write) no further
+        batch is started, the batches already being written finish (each commits or rolls back whole)
+        and the first error in stream order is raised; with writers > 1 a batch after a failed one may
+        have committed.
+        """
+        writers = max(1, int(writers))
+        total = StoreResult()
+        # (write, batch size, the batch's keys) of the batches being written
+        pending: collections.deque[tuple[concurrent.futures.Future[StoreResult], int, set[Key]]] = \
+            collections.deque()
+
+        def collect(future: concurrent.futures.Future[StoreResult], size: int) -> None:
+            result = future.result()
+            total.inserted += result.inserted
+            total.duplicates += result.duplicates
+            total.copy_rows += result.copy_rows
+            if return_ids:  # a list entry per record: the one thing here that grows with the stream
+                total.ids.extend(result.ids)
+            if progress:
+                progress(size)
+
+        with concurrent.futures.ThreadPoolExecutor(writers, thread_name_prefix="memoria-ingest") as pool:
+            try:
+                for batch, wheres in batches:
+                    prepared = self.prepare_batch(batch, wheres)
+                    while len(pending) >= writers:
+                        collect(*pending.popleft()[:2])
+                    # A memory whose key a batch still being written also inserts would wait at its
+                    # INSERT for that whole transaction to end: it goes in last (see _write_batch).
+                    in_flight = set().union(*(keys for future, _, keys in pending if not future.done()))
+                    late = {i for i, p in enumerate(prepared) if p.key in in_flight}
+                    pending.append((pool.submit(self._write, prepared, late), len(batch),
+                                    {p.key for p in prepared}))
+                while pending:
+                    collect(*pending.popleft()[:2])
+            except BaseException:
+                # Let the batches in flight end; an earlier batch's failure is the error to report.
+                while pending:
+                    future, size, _ = pending.popleft()
+                    try:
+                        collect(future, size)
+                    except BaseException as earlier:
+                        for later, _, _ in pending:
+                            concurrent.futures.wait([later])
+                        pending.clear()
+                        raise earlier from None
+                raise
+        return total
+
+    def _embed_missing(self, prepared: list[Prepared]) -> None:
+        missing = [p for p in prepared if p.record.embedding is None]
+        if not missing:
+            return
+        # Only now, after the whole batch validated: a batch bound to fail never pays for loading
+        # the model (the embedder loads it on first use).
+        vectors = embed_memories(self.embedder, [p.record.content for p in missing],
+                                 [p.record.context for p in missing])
+        for p, vector in zip(missing, vectors):
+            p.record.embedding = vector
+
+    def _pipeline(self, conn: psycopg.Connection, enabled: bool = True):
+        """Pipeline mode for a run of statements: sent together, the results read at the end. A batch
+        runs ~8 statements per tenant; one round trip each would leave the server idle while this
+        process (other threads holding the GIL) reads each result and sends the next statement.
+        Errors are raised at the end of the block, as the same exceptions."""
+        return conn.pipeline() if enabled and self.pipeline else contextlib.nullcontext()
+
+    def _write(self, prepared: list[Prepared], late: Collection[int] = ()) -> StoreResult:
+        # A schema older than this library (e.g. no memories.context before 0006) raises SchemaError;
+        # the batch's transaction rolled back, so nothing was written.
+        with schema_current():
+            try:
+                return self._write_batch(prepared, late)
+            except psycopg.errors.DeadlockDetected:
+                if not late:
+                    raise
+                # Late memories lock their keys out of key order: a cycle with another writer is
+                # possible (PostgreSQL detects it and rolled this batch back). Once more, in key order.
+                return self._write_batch(prepared)
+
+    def _write_batch(self, prepared: list[Prepared], late: Collection[int] = ()) -> StoreResult:
+        """Write one batch in one transaction. The memories at the positions in `late` are inserted
+        after the others: a concurrent batch that inserts the same key holds it until it commits,
+        and the rest of this batch's work need not wait for that (what is inserted is the same)."""
+        result = StoreResult(ids=[None] * len(prepared))
+        by_tenant: dict[str, list[int]] = {}
+        seen: set[Key] = set()
+        for i, p in enumerate(prepared):
+            key = p.key
+            if key in seen:  # a duplicate inside the batch itself
+                result.duplicates += 1
+                continue
+            seen.add(key)
+            by_tenant.setdefault(p.tenant, []).append(i)
+        # Tenants in one order for every batch, and within a tenant each statement takes its row locks
+        # in key order; so two writers whose batches share tenants (store_many's parallel writers, or
+        # two processes) always lock in the same global order and never deadlock. The late memories
+        # are the exception (_write retries a deadlock of theirs in key order).
+        tenants = sorted(by_tenant)
+        staged = {i for rows in by_tenant.values() for i in rows}
+        late_tenants = sorted({prepared[i].tenant for i in late if i in staged})
+        with self.db.connection() as conn, conn.transaction():
+            conn.execute(load_sql("ingest/stage"))  # several statements, no parameters: one round trip
+            # One COPY per table for the whole batch; every statement below reads its tenant's rows.
+            result.copy_rows += self._copy(conn, prepared, [i for t in tenants for i in by_tenant[t]], late)
+            # 1. Rows only this batch writes: memories (and their index entries: the bulk of the work),
+            #    postings, attributes. They lock nothing another batch needs, except the dedup key of
+            #    a memory both batches insert (the second waits for the first to finish): so the late
+            #    memories, whose keys a batch in flight inserts, go in after all the others.
+            with self._pipeline(conn):
+                for tenant in tenants:
+                    set_tenant(conn, tenant)
+                    conn.execute(load_sql("ingest/insert_memories"), {"late": False})
+                for tenant in late_tenants:
+                    set_tenant(conn, tenant)
+                    conn.execute(load_sql("ingest/insert_memories"), {"late": True})
+                for tenant in tenants:
+                    set_tenant(conn, tenant)
+                    conn.execute(load_sql("ingest/insert_terms"), {"k1": self.k1, "b": self.b})
+                    conn.execute(load_sql("ingest/insert_attributes"))
+            # 2. Shared rows every batch of a tenant updates (shard statistics, document frequencies,
+            #    entities and edges, the graph mirror), last: they stay locked only from here to COMMIT,
+            #    so a concurrent writer's step 1 is never blocked by them.
+            with self._pipeline(conn, self.graph_writer is None):
+                for tenant in tenants:
+                    with self._pipeline(conn, self.graph_writer is not None):
+                        set_tenant(conn, tenant)
+                        conn.execute(load_sql("ingest/update_docs"))
+                        conn.execute(load_sql("ingest/update_df"))
+                        conn.execute(load_sql("ingest/insert_entities"))
+                    if self.graph_writer is not None:
+                        self.graph_writer(conn, tenant)
+            ids = dict(conn.execute("SELECT row_no, memory_id FROM stage_memories").fetchall())
+        for rows in by_tenant.values():
+            for row in rows:
+                result.ids[row] = ids.get(row)
+                if ids.get(row) is None:
+                    result.duplicates += 1
+                else:
+                    result.inserted += 1
+        return result
+
+    def _copy(self, conn: psycopg.Connection, prepared: list[Prepared], rows: list[int],
+              late: Collection[int] = ()) -> int:
+        """COPY the batch into the stage: one row per memory (its terms and entities as arrays), one
+        per attribute; returns the number of rows staged (StoreResult.copy_rows)."""
+        count = 0
+        with conn.cursor() as cur:
+            with cur.copy("COPY stage_memories (row_no, tenant, memory_type, external_id, dedup_key, "
+                          "content, context, metadata, importance, pinned, created_at, embedding, doc_len, "
+                          "terms, tfs, entity_names, entity_norms, late) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["int4", "text", "text", "text", "text", "text", "text", "jsonb", "float4",
+                                "bool", "timestamptz", "vector", "int4", "text[]", "int4[]", "text[]", "text[]",
+                                "bool"])
+                for i in rows:
+                    p, r = prepared[i], prepared[i].record
+                    copy.write_row((i, p.tenant, p.memory_type, r.external_id, p.dedup_key, r.content, r.context,
+                                    psycopg.types.json.Jsonb(r.metadata), r.importance, bool(r.pinned),
+                                    r.created_at, r.embedding, p.doc_len, list(p.terms), list(p.terms.values()),
+                                    p.entities, [normalize_entity(name) for name in p.entities], i in late))
+                    count += 1 + len(p.terms) + len(p.entities)
+            if any(prepared[i].attributes for i in rows):
+                with cur.copy("COPY stage_attributes (row_no, subject, attribute, value) "
+                              "FROM STDIN (FORMAT BINARY)") as copy:
+                    copy.set_types(["int4", "text", "text", "text"])
+                    for i in rows:
+                        for subject, attribute, value in prepared[i].attributes:
+                            copy.write_row((i, subject, attribute.lower(), value))
+                            count += 1
+        return count
+
+
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    batch: list[T] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+

@@ -1,0 +1,111 @@
+"""Records -> prepared memories: validation, tokenization and extraction, no database access."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..core import validation
+from ..core.entities import EntityExtractor, RuleBasedExtractor, extract_attributes
+from ..core.text import content_hash, dedupe_names, indexed_term_counts
+from ..core.types import MemoryRecord
+from ..errors import InputError
+
+Key = tuple[str, str, str]
+
+
+@dataclass
+class Prepared:
+    """A validated record with what its batch writes: BM25 postings, entities and attributes."""
+
+    record: MemoryRecord
+    tenant: str
+    memory_type: str
+    dedup_key: str
+    terms: dict[str, int]
+    doc_len: int
+    entities: list[str]
+    attributes: list[tuple[str, str, str]]
+
+    @property
+    def key(self) -> Key:
+        """What makes a memory a duplicate: tenant, memory type and dedup key (content hash or external id)."""
+        return self.tenant, self.memory_type, self.dedup_key
+
+
+def coerce_record(raw: MemoryRecord | Mapping[str, Any], where: str) -> MemoryRecord:
+    """A MemoryRecord from a record or a mapping (JSONL/CSV row), with its fields checked."""
+    if isinstance(raw, MemoryRecord):
+        return raw
+    if not isinstance(raw, Mapping):
+        raise InputError(f"{where}: expected an object with at least 'content', got {type(raw).__name__}")
+    known = set(MemoryRecord.__dataclass_fields__)
+    unknown = set(raw) - known
+    if unknown:
+        raise InputError(f"{where}: unknown fields {sorted(unknown)}; allowed: {sorted(known)}")
+    if "content" not in raw:
+        raise InputError(f"{where}: missing required field 'content'")
+    values = dict(raw)
+    for name in ("importance", "created_at"):
+        if values.get(name) in (None, ""):
+            values.pop(name, None)
+    if values.get("pinned") is None:
+        values.pop("pinned", None)
+    return MemoryRecord(**values)
+
+
+@dataclass(frozen=True)
+class RecordRules:
+    """What a record is checked against: the known memory types, defaults and limits."""
+
+    memory_types: tuple[str, ...]
+    default_type: str
+    default_tenant: str
+    dim: int
+    max_chars: int
+    entity_extractor: EntityExtractor | None = None
+
+
+def prepare(raw: MemoryRecord | Mapping[str, Any], where: str, now: dt.datetime, rules: RecordRules) -> Prepared:
+    """Validate one record (InputError names it) and derive its postings, entities and attributes."""
+    record = _validated(coerce_record(raw, where), where, now, rules)
+    terms, doc_len = indexed_term_counts(record.content, record.context)
+    speaker = record.metadata.get("speaker") if isinstance(record.metadata.get("speaker"), str) else None
+    if record.entities is None:
+        entities = (rules.entity_extractor or RuleBasedExtractor()).extract(record.content, ())
+        if speaker:
+            entities = [speaker, *entities]
+    else:
+        entities = validation.entity_names(record.entities, where)
+    if record.attributes is None:
+        attributes = list(extract_attributes(record.content, speaker=speaker))
+    else:
+        attributes = validation.attribute_triples(record.attributes, where)
+    key = f"ext:{record.external_id}" if record.external_id else f"sha256:{content_hash(record.content)}"
+    assert record.tenant is not None and record.memory_type is not None
+    return Prepared(record, record.tenant, record.memory_type, key, dict(terms), doc_len,
+                    dedupe_names(entities), attributes)
+
+
+def _validated(record: MemoryRecord, where: str, now: dt.datetime, rules: RecordRules) -> MemoryRecord:
+    """The record with every field checked and normalized in place (tenant and type defaulted)."""
+    record.content = validation.clean_text(record.content, "content", where, rules.max_chars)
+    tenant = record.tenant if record.tenant not in (None, "") else rules.default_tenant
+    record.tenant = validation.clean_text(tenant, "tenant", where, validation.MAX_TENANT_CHARS)
+    record.memory_type = validation.memory_type(record.memory_type or rules.default_type, rules.memory_types, where)
+    record.metadata = validation.metadata(record.metadata, where)
+    record.importance = validation.importance(record.importance, where)
+    validation.pinned(record.pinned, where)
+    record.created_at = validation.created_at(record.created_at, where, now)
+    if record.external_id is not None:
+        record.external_id = validation.clean_text(str(record.external_id), "external_id", where,
+                                                   validation.MAX_FIELD_CHARS)
+    if record.embedding is not None:
+        record.embedding = validation.vector(record.embedding, rules.dim, f"{where}: embedding")
+    if isinstance(record.context, str) and not record.context.strip():
+        record.context = None  # only whitespace: no context
+    if record.context is not None:
+        record.context = validation.clean_text(record.context, "context", where, rules.max_chars)
+    return record

@@ -1,0 +1,64 @@
+"""Per-query diagnostics: every field the spec lists, plus the route and per-worker detail."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .scheduler import COMPLETED, FAILED, PENDING, SchedulerResult
+
+
+@dataclass
+class Diagnostics:
+    path: str = "v4"  # v4 | v3
+    candidate_count: int = 0
+    returned_count: int = 0
+    query_processing_ms: float = 0.0
+    embedding_ms: float = 0.0
+    retrieval_ms: float = 0.0
+    database_ms: float = 0.0  # the final CTE (candidate construction)
+    ranking_ms: float = 0.0
+    response_ms: float = 0.0
+    total_ms: float = 0.0
+    retrieval_policy: str | None = None
+    retrieval_finish_reason: str | None = None
+    completed_task_count: int = 0
+    pending_task_count: int = 0
+    failed_task_count: int = 0
+    retrieval_wait_ms: float = 0.0
+    submitted_sources: list[str] = field(default_factory=list)
+    completed_sources: list[str] = field(default_factory=list)
+    pending_sources: list[str] = field(default_factory=list)
+    failed_sources: list[str] = field(default_factory=list)
+    ranking_skipped: bool = False
+    policy_satisfied: bool | None = None
+    route: str | None = None
+    shards: list[str] = field(default_factory=list)
+    worker_ms: dict[str, float] = field(default_factory=dict)
+    worker_errors: dict[str, str] = field(default_factory=dict)
+    worker_hits: dict[str, int] = field(default_factory=dict)
+    relevance_pool_count: int = 0
+    relevance_fast_path: bool = False
+    type_filter_applied: bool = False
+    cross_encoder_applied: bool = False
+    graph_backend: str | None = None
+    trace_id: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def record_scheduler(self, result: SchedulerResult) -> None:
+        """The scheduler's outcome: policy, finish reason, per-worker states, times and errors."""
+        self.retrieval_policy = result.policy
+        self.retrieval_finish_reason = result.finish_reason
+        self.policy_satisfied = result.policy_satisfied
+        self.retrieval_wait_ms = result.wait_ms
+        self.worker_ms = result.worker_ms
+        self.worker_errors = result.errors
+        self.submitted_sources = list(result.states)
+        self.completed_sources = result.sources(COMPLETED)
+        self.pending_sources = result.sources(PENDING)
+        self.failed_sources = result.sources(FAILED)
+        self.completed_task_count = len(self.completed_sources)
+        self.pending_task_count = len(self.pending_sources)
+        self.failed_task_count = len(self.failed_sources)

@@ -1,0 +1,284 @@
+"""QueryPipeline: the query path, stage by stage in the spec's order (V4), and the V3 fallback.
+
+    process -> embed -> route -> relevance pool -> shard selection -> workers (scheduler) ->
+    final CTE -> cross-encoder -> type filter  |  ranking (or retrieval-only) -> response
+
+Retrieval ends at the type filter (`retrieve` returns a Retrieval); ranking starts after it. Every
+collaborator is handed in by MemorySystem; each stage is a method a caller may run on its own
+(the benchmarks time them one by one).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import Config
+from ..core import validation
+from ..core.embedding import QueryEmbedder
+from ..core.types import CandidateRecord, ProcessedQuery, Route, SourceHit
+from ..db import Database, load_sql, schema_current
+from ..ranking import RankingStage
+from .candidates import build_candidates, filter_by_type, retrieval_order
+from .diagnostics import Diagnostics
+from .processor import EntityLookup, QueryProcessor, table_lookup
+from .relevance import relevance_pool
+from .response import QueryResponse
+from .routing import Router, submitted_workers
+from .scheduler import Scheduler, WorkerFn
+from .shards import per_shard_limit, populated, select_shards, tenant_rows
+from .tracing import persist_trace
+from .workers import Worker, WorkerContext, WorkerRegistry
+
+ProcessorFactory = Callable[[Sequence[str], EntityLookup], QueryProcessor]
+
+
+@dataclass(frozen=True)
+class QueryRequest:
+    """One query with every option resolved (MemorySystem.query fills in the configured defaults)."""
+
+    text: str
+    tenant: str
+    top_k: int
+    memory_type: str | None = None
+    embedding: Sequence[float] | np.ndarray | None = None
+    workers: tuple[str, ...] | None = None  # overrides the route's workers
+    ranking: bool = True
+    v4: bool = True
+    trace: bool = False
+
+
+@dataclass
+class Retrieval:
+    """What retrieval hands to ranking: the type-filtered candidates, retrieval order."""
+
+    query: ProcessedQuery
+    route: Route | None  # None on the V3 path
+    candidates: list[CandidateRecord]
+    submitted: list[str]
+
+
+class QueryPipeline:
+    """The query path over its collaborators; `run` is what MemorySystem.query calls."""
+
+    def __init__(self, *, db: Database, config: Config, memory_types: Sequence[str],
+                 processor_factory: ProcessorFactory, embedder: QueryEmbedder, router: Router,
+                 scheduler: Scheduler, registry: WorkerRegistry, ranking: RankingStage | None,
+                 graph_backend: str) -> None:
+        self.db = db
+        self.config = config
+        self.memory_types = tuple(memory_types)
+        self.processor_factory = processor_factory
+        self.embedder = embedder
+        self.router = router
+        self.scheduler = scheduler
+        self.registry = registry
+        self.ranking = ranking
+        self.graph_backend = graph_backend
+
+    def run(self, request: QueryRequest) -> QueryResponse:
+        t_start = time.perf_counter()
+        diag = Diagnostics(path="v4" if request.v4 else "v3", graph_backend=self.graph_backend)
+        query, rows = self.process(request, diag)
+        vector = self.embed(query, request.embedding, diag)
+        if request.v4:
+            retrieval = self.retrieve(query, vector, rows, request, diag)
+        else:
+            retrieval = self.retrieve_v3(query, vector, rows, request.top_k, diag)
+        returned = self.rank(retrieval, request, diag)
+        return self.respond(retrieval, returned, request, diag, t_start)
+
+    # -- query processing and embedding ---------------------------------------------------------
+    def process(self, request: QueryRequest, diag: Diagnostics) -> tuple[ProcessedQuery, dict[str, int]]:
+        """The validated, analysed query, and the tenant's memories per memory type (shard sizes),
+        read in one transaction with the entity lookup."""
+        t0 = time.perf_counter()
+        validation.memory_type(request.memory_type, self.memory_types)
+        validation.requested_workers(request.workers, self.registry.names)
+        validation.tenant(request.tenant)  # before it becomes the transaction's setting
+        with self.db.transaction(request.tenant) as conn:
+            processor = self.processor_factory(self.memory_types, table_lookup(conn))
+            query = processor.process(request.text, tenant=request.tenant, memory_type=request.memory_type)
+            rows = tenant_rows(conn)
+        diag.query_processing_ms = _ms(t0)
+        return query, rows
+
+    def embed(self, query: ProcessedQuery, embedding: Sequence[float] | np.ndarray | None,
+              diag: Diagnostics) -> np.ndarray:
+        """The query's vector: the caller's (checked), or the embedder's for the normalized text."""
+        t0 = time.perf_counter()
+        if embedding is not None:
+            vector = validation.vector(embedding, self.config.embedding_dim, "query embedding")
+        else:
+            vector = self.embedder.embed_query(query.normalized)
+        diag.embedding_ms = _ms(t0)
+        return vector
+
+    # -- retrieval (V4) ---------------------------------------------------------------------------
+    def retrieve(self, query: ProcessedQuery, vector: np.ndarray, rows: Mapping[str, int],
+                 request: QueryRequest, diag: Diagnostics) -> Retrieval:
+        """Route, relevance pool, shards, workers, final CTE, cross-encoder and type filter."""
+        query, route, names = self.route(query, request.workers, diag)
+        ctx = self.context(query, route, vector, rows)
+        diag.shards = [s.memory_type or "*" for s in ctx.shards]
+        t0 = time.perf_counter()
+        hits = self.relevance(query, vector, request.top_k, diag)
+        if diag.relevance_fast_path:
+            names = []
+        hits.update(self.run_workers(names, ctx, diag))
+        diag.worker_hits = {k: len(v) for k, v in hits.items()}
+        diag.retrieval_ms = _ms(t0)
+        candidates = retrieval_order(self.candidates(hits, query.tenant, diag))
+        candidates = self.cross_encode(query, candidates, diag)
+        candidates, diag.type_filter_applied = filter_by_type(candidates, query.memory_type_hint)
+        return Retrieval(query, route, candidates, diag.submitted_sources)
+
+    def route(self, query: ProcessedQuery, workers: Sequence[str] | None,
+              diag: Diagnostics) -> tuple[ProcessedQuery, Route, list[str]]:
+        """The query as the routing hooks left it, its Route (with the caller's workers, if any),
+        and the route's workers whose preconditions hold."""
+        query, route = self.router.route_query(query)
+        diag.route = route.name
+        if workers:
+            route = Route(route.name, tuple(workers), route.graph_depth, route.signals, route.pool,
+                          route.fallback_pools)
+        return query, route, submitted_workers(route, query, self.config, self.registry)
+
+    def context(self, query: ProcessedQuery, route: Route, vector: np.ndarray,
+                rows: Mapping[str, int]) -> WorkerContext:
+        """The selected shards and the per-shard limits every worker of this query runs with.
+
+        `rows`: the tenant's memories per memory type (sql/tenant_rows); shards where it has none
+        are not read, so the limits go to the shards that can return something."""
+        cfg = self.config
+        shards = populated(select_shards(route, query.memory_type_hint, self.memory_types,
+                                         sharding=cfg.enable_sharding), rows)
+        return WorkerContext(query=query, embedding=vector, shards=shards,
+                             limit=per_shard_limit(cfg.worker_limit, shards),
+                             graph_limit=per_shard_limit(cfg.graph_candidate_limit, shards),
+                             graph_depth=route.graph_depth, config=cfg, graph_backend=self.graph_backend,
+                             tenant_rows=rows)
+
+    def relevance(self, query: ProcessedQuery, vector: np.ndarray, top_k: int,
+                  diag: Diagnostics) -> dict[str, list[SourceHit]]:
+        """The relevance pool's hits as a source; a pool of top_k or more is the fast path."""
+        cfg = self.config
+        if not cfg.enable_relevance_pool:
+            return {}
+        pool = relevance_pool(self.db, query, vector, top_k=top_k, limit=cfg.ranking_candidate_limit,
+                              default_type=cfg.default_memory_type)
+        diag.relevance_pool_count = len(pool)
+        diag.relevance_fast_path = len(pool) >= top_k
+        return {"relevance": pool} if pool else {}
+
+    def tasks(self, names: Sequence[str], ctx: WorkerContext) -> dict[str, WorkerFn]:
+        """One scheduler task per worker, bound to the query's context."""
+        return {name: _bind(self.registry[name](), ctx) for name in names}
+
+    def run_workers(self, names: Sequence[str], ctx: WorkerContext,
+                    diag: Diagnostics) -> dict[str, list[SourceHit]]:
+        """The workers, concurrently under the completion policy; the completed ones' hits."""
+        if not names:
+            diag.retrieval_policy = self.scheduler.policy.name
+            diag.retrieval_finish_reason = "relevance_fast_path" if diag.relevance_fast_path else "no_workers"
+            diag.policy_satisfied = True
+            return {}
+        result = self.scheduler.run(self.tasks(names, ctx), tenant=ctx.query.tenant,
+                                    deadline_ms=self.config.retrieval_deadline_ms)
+        diag.record_scheduler(result)
+        return result.hits
+
+    def candidates(self, hits: Mapping[str, Sequence[SourceHit]], tenant: str,
+                   diag: Diagnostics) -> list[CandidateRecord]:
+        """Merge, dedup, fuse, cap and fetch in the final CTE (on its cached generic plan)."""
+        cfg = self.config
+        t0 = time.perf_counter()
+        with self.db.transaction(tenant, generic_plans=True) as conn:
+            candidates = build_candidates(conn, hits, self.registry, cap=cfg.ranking_candidate_limit,
+                                          rrf_k=cfg.rrf_k, depth=cfg.rrf_depth, method=cfg.fusion_method)
+        diag.database_ms = _ms(t0)
+        diag.candidate_count = len(candidates)
+        return candidates
+
+    def cross_encode(self, query: ProcessedQuery, candidates: list[CandidateRecord],
+                     diag: Diagnostics) -> list[CandidateRecord]:
+        """The optional cross-encoder over the head of the retrieval order."""
+        cfg = self.config
+        if not (cfg.enable_cross_encoder and cfg.cross_encoder_model):
+            return candidates
+        from .cross_encoder import load_cross_encoder, rerank
+
+        diag.cross_encoder_applied = True
+        return rerank(load_cross_encoder(cfg.cross_encoder_model), query, candidates, cfg.cross_encoder_top_n)
+
+    # -- retrieval (V3) ---------------------------------------------------------------------------
+    def retrieve_v3(self, query: ProcessedQuery, vector: np.ndarray, rows: Mapping[str, int], top_k: int,
+                    diag: Diagnostics) -> Retrieval:
+        """V3: vector search -> fetch -> candidates in one transaction; no scheduler."""
+        cfg = self.config
+        shards = select_shards(Route("v3", ("vector",)), None, self.memory_types, sharding=False)
+        ctx = WorkerContext(query=query, embedding=vector, shards=shards, limit=max(cfg.worker_limit, top_k),
+                            graph_limit=0, graph_depth=0, config=cfg, tenant_rows=rows)
+        t0 = time.perf_counter()
+        with self.db.transaction(query.tenant) as conn:
+            vector_hits = self.registry["vector"]().run(conn, ctx)
+            diag.retrieval_ms = _ms(t0)
+            t1 = time.perf_counter()
+            candidates = build_candidates(conn, {"vector": vector_hits}, self.registry,
+                                          cap=cfg.ranking_candidate_limit, rrf_k=cfg.rrf_k, depth=cfg.rrf_depth,
+                                          method=cfg.fusion_method)
+            diag.database_ms = _ms(t1)
+        diag.submitted_sources = ["vector"]
+        diag.completed_sources = ["vector"]
+        diag.worker_hits = {"vector": len(vector_hits)}
+        diag.candidate_count = len(candidates)
+        candidates = sorted(candidates, key=lambda c: (-c.base_score, c.memory_id))
+        for c in candidates:
+            c.final_score = c.base_score
+        return Retrieval(query, None, candidates, ["vector"])
+
+    # -- ranking and the response -----------------------------------------------------------------
+    def rank(self, retrieval: Retrieval, request: QueryRequest, diag: Diagnostics) -> list[CandidateRecord]:
+        """The ranking stage's top_k, or the retrieval order's (retrieval-only)."""
+        t0 = time.perf_counter()
+        if request.ranking and self.ranking is not None:
+            boost = retrieval.route.signals if retrieval.route is not None else ()
+            returned = self.ranking.rank(retrieval.query, list(retrieval.candidates), request.top_k,
+                                         retrieval.submitted, boost=boost)
+            diag.ranking_skipped = False
+        else:
+            returned = retrieval.candidates[:request.top_k]
+            diag.ranking_skipped = True
+        diag.ranking_ms = _ms(t0)
+        return returned
+
+    def respond(self, retrieval: Retrieval, returned: list[CandidateRecord], request: QueryRequest,
+                diag: Diagnostics, t_start: float) -> QueryResponse:
+        """Access statistics (ranked queries), the trace (when asked), and the response."""
+        t0 = time.perf_counter()
+        diag.returned_count = len(returned)
+        if returned and request.ranking:
+            self.record_access(retrieval.query.tenant, returned)
+        if request.trace:
+            diag.total_ms = _ms(t_start)
+            diag.trace_id = persist_trace(self.db, retrieval.query, retrieval.route, retrieval.candidates,
+                                          returned, diag)
+        diag.response_ms = _ms(t0)
+        diag.total_ms = _ms(t_start)
+        return QueryResponse(query=retrieval.query, route=retrieval.route, memories=returned, diagnostics=diag,
+                             candidates=retrieval.candidates)
+
+    def record_access(self, tenant: str, returned: Sequence[CandidateRecord]) -> None:
+        with self.db.transaction(tenant) as conn, schema_current():
+            conn.execute(load_sql("record_access"), {"ids": [c.memory_id for c in returned]})
+
+
+def _bind(worker: Worker, ctx: WorkerContext) -> WorkerFn:
+    return lambda conn: worker.run(conn, ctx)
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000

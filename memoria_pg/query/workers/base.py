@@ -1,0 +1,112 @@
+"""What every retrieval source declares, and what every worker shares: its context, its statements,
+and turning rows into SourceHits."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import psycopg
+from psycopg.rows import dict_row
+
+from ...config import Config
+from ...core.types import ProcessedQuery, Route, Shard, SourceHit
+from ...db import load_sql
+
+Statement = tuple[str, dict[str, Any]]
+
+
+class Source:
+    """A retrieval source as the final CTE sees it (sql/final_candidates.sql).
+
+    `weights`: how much the source counts in the fused retrieval score, per fusion method ("score":
+    min-max normalized scores, "rrf": reciprocal ranks); 0 for auxiliary sources, which add
+    candidates and feed ranking signals but do not vote. `lower_is_better`: the direction of
+    `fused_score` (a distance, a hop count). `score_name`: the key of its score on a candidate.
+    """
+
+    name: ClassVar[str]
+    score_name: ClassVar[str]
+    lower_is_better: ClassVar[bool] = False
+    weights: ClassVar[Mapping[str, float]]
+
+    @classmethod
+    def fused_score(cls, hit: SourceHit) -> float:
+        """The value of a hit the final CTE normalizes and keeps as the candidate's score."""
+        return float(hit.score)
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    query: ProcessedQuery
+    embedding: np.ndarray
+    shards: tuple[Shard, ...]
+    limit: int  # per shard
+    graph_limit: int  # per shard
+    graph_depth: int
+    config: Config
+    graph_backend: str = "sql"  # "age" when the server has the AGE graph
+    # The tenant's memories per memory type (read with the query's entity lookup), or None: a
+    # worker that needs them reads them itself.
+    tenant_rows: Mapping[str, int] | None = None
+
+    @property
+    def shard_types(self) -> list[str] | None:
+        types = [s.memory_type for s in self.shards if s.memory_type is not None]
+        return types or None
+
+
+class Worker(Source):
+    """One retrieval source run by the scheduler: an SQL file whose parameters are bound per shard.
+
+    `ready` is the spec's precondition: a worker is submitted only when it can return something.
+    Hits are ordered by `score(row)`, best first (lowest first when `lower_is_better`).
+    """
+
+    sql_name: ClassVar[str]
+
+    @classmethod
+    def ready(cls, query: ProcessedQuery, route: Route, config: Config) -> bool:
+        return True
+
+    def sql(self, ctx: WorkerContext) -> str:
+        return load_sql(self.sql_name)
+
+    def params(self, ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def statements(self, ctx: WorkerContext) -> list[Statement]:
+        return [(self.sql(ctx), self.params(ctx, shard)) for shard in ctx.shards]
+
+    def statements_for(self, conn: psycopg.Connection, ctx: WorkerContext) -> list[Statement]:
+        """The statements `run` executes in `conn`'s transaction (a worker may look at the data first)."""
+        return self.statements(ctx)
+
+    def score(self, row: dict[str, Any]) -> float:
+        return float(row["score"])
+
+    def detail(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def run(self, conn: psycopg.Connection, ctx: WorkerContext) -> list[SourceHit]:
+        rows: list[dict[str, Any]] = []
+        with conn.cursor(row_factory=dict_row) as cur:
+            for text, params in self.statements_for(conn, ctx):
+                rows.extend(cur.execute(text, params).fetchall())
+        return self.hits(rows)
+
+    def hits(self, rows: list[dict[str, Any]]) -> list[SourceHit]:
+        best: dict[int, dict[str, Any]] = {}
+        sign = -1.0 if self.lower_is_better else 1.0
+        for row in rows:  # a memory lives in one shard only, but shards may overlap (fallback pools)
+            prev = best.get(row["memory_id"])
+            if prev is None or sign * self.score(row) > sign * self.score(prev):
+                best[row["memory_id"]] = row
+        ordered = sorted(best.values(), key=lambda r: (-sign * self.score(r), r["memory_id"]))
+        return [
+            SourceHit(memory_id=r["memory_id"], source=self.name, rank=i + 1, score=self.score(r),
+                      memory_type=r.get("memory_type"), detail=self.detail(r))
+            for i, r in enumerate(ordered)
+        ]

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from typing import Any
+
+from ...config import Config
+from ...core.text import normalize_entity
+from ...core.types import ProcessedQuery, Route, Shard, SourceHit
+from ...db import load_sql
+from .base import Worker, WorkerContext
+
+
+class GraphWorker(Worker):
+    """Entity graph walk: AGE when the server has the graph (memoria.graph_walk), a recursive CTE otherwise.
+
+    Both backends return the same rows; `score` orders by hops (fewer first) then entity hits, and
+    the final CTE reads the hop count (`fused_score`). An auxiliary source: it adds candidates and
+    feeds the graph_hit ranking signal, but does not vote in the retrieval score. The walk
+    is bounded by Config.graph_fanout (edges followed per entity) and graph_entity_memories (memories
+    offered per reached entity, the most recent first): see sql/workers/graph.sql.
+    """
+
+    name = "graph"
+    sql_name = "workers/graph"
+    score_name = "graph_hops"
+    lower_is_better = True
+    weights = {"score": 0.0, "rrf": 0.0}
+
+    @classmethod
+    def ready(cls, query: ProcessedQuery, route: Route, config: Config) -> bool:
+        return config.enable_graph and bool(query.entities) and route.graph_depth > 0
+
+    @classmethod
+    def fused_score(cls, hit: SourceHit) -> float:
+        return float(hit.detail.get("hops", hit.score))
+
+    def sql(self, ctx: WorkerContext) -> str:
+        return load_sql("workers/graph_age" if ctx.graph_backend == "age" else self.sql_name)
+
+    def params(self, ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
+        entities = sorted({normalize_entity(e) for e in ctx.query.entities})
+        return {"entities": entities, "depth": max(1, ctx.graph_depth),
+                "memory_type": shard.memory_type, "limit": ctx.graph_limit,
+                "fanout": ctx.config.graph_fanout, "entity_memories": ctx.config.graph_entity_memories}
+
+    def score(self, row: dict[str, Any]) -> float:
+        return float(row["hops"]) - min(float(row["entity_hits"]), 99.0) / 100.0
+
+    def detail(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {"hops": int(row["hops"]), "entity_hits": int(row["entity_hits"])}

@@ -1,0 +1,96 @@
+"""The registry of retrieval sources: the one place that lists them. Everything that needs to know
+the sources (routing's preconditions, the final CTE's weights, score directions and names, the
+accepted worker names) reads it from here, from what each source declares about itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from ...config import FUSION_METHODS, Config
+from ...core.types import ProcessedQuery, Route
+from ...errors import ConfigError
+from .attribute import AttributeWorker
+from .base import Source, Worker
+from .bm25 import BM25Worker
+from .fusion import FusionWorker
+from .graph import GraphWorker
+from .phrase import PhraseWorker
+from .vector import VectorWorker
+
+
+class RelevanceSource(Source):
+    """The relevance pool (query/relevance.py): pinned and important memories of the hinted type,
+    found before the workers run; `score` is their cosine distance."""
+
+    name = "relevance"
+    score_name = "relevance"
+    lower_is_better = True
+    weights = {"score": 0.15, "rrf": 0.3}
+
+
+class WorkerRegistry(Mapping[str, type[Worker]]):
+    """Worker classes by name (in declaration order), plus the sources that are not workers."""
+
+    def __init__(self, workers: Iterable[type[Worker]],
+                 sources: Iterable[type[Source]] = (RelevanceSource,)) -> None:
+        self._workers = {w.name: w for w in workers}
+        self._sources: dict[str, type[Source]] = {**self._workers, **{s.name: s for s in sources}}
+        for source in self._sources.values():
+            _check_declared(source)
+
+    def __getitem__(self, name: str) -> type[Worker]:
+        return self._workers[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._workers)
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._workers)
+
+    def replace(self, *workers: type[Worker]) -> WorkerRegistry:
+        """A registry with these workers added, or in place of the workers of the same names."""
+        merged = dict(self._workers)
+        merged.update({w.name: w for w in workers})
+        others = [s for name, s in self._sources.items() if name not in self._workers]
+        return WorkerRegistry(merged.values(), others)
+
+    def source(self, name: str) -> type[Source]:
+        try:
+            return self._sources[name]
+        except KeyError:
+            raise ConfigError(f"unknown retrieval source {name!r}; registered: {list(self._sources)}") from None
+
+    def ready(self, name: str, query: ProcessedQuery, route: Route, config: Config) -> bool:
+        return self[name].ready(query, route, config)
+
+    def weights(self, method: str) -> dict[str, float]:
+        if method not in FUSION_METHODS:
+            raise ValueError(f"fusion method must be one of {list(FUSION_METHODS)}, got {method!r}")
+        return {name: float(s.weights[method]) for name, s in self._sources.items()}
+
+    def lower_is_better(self) -> list[str]:
+        return [name for name, s in self._sources.items() if s.lower_is_better]
+
+    def score_names(self) -> dict[str, str]:
+        return {name: s.score_name for name, s in self._sources.items()}
+
+
+def _check_declared(source: type[Any]) -> None:
+    # A source missing a declaration would fail far from its cause (a KeyError in the final CTE).
+    for attr in ("name", "score_name", "weights"):
+        if not hasattr(source, attr):
+            raise ConfigError(f"retrieval source {source.__name__} does not declare {attr!r}")
+    missing = [m for m in FUSION_METHODS if m not in source.weights]
+    if missing:
+        raise ConfigError(f"retrieval source {source.name!r} has no weight for fusion methods {missing}")
+    if issubclass(source, Worker) and not hasattr(source, "sql_name"):
+        raise ConfigError(f"worker {source.name!r} does not declare its sql_name")
+
+
+DEFAULT_WORKERS = WorkerRegistry(
+    (VectorWorker, BM25Worker, GraphWorker, PhraseWorker, AttributeWorker, FusionWorker))

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+
+from ...core.types import Shard
+from ...db import load_sql
+from ..shards import tenant_rows
+from .base import Statement, Worker, WorkerContext
+
+
+class VectorWorker(Worker):
+    """Cosine search; `score` is the cosine distance (lower is better).
+
+    Per shard, exact or approximate by the tenant's size there (its BM25 document counts): up to
+    `vector_exact_max_rows` memories per memory type the statement reads (one type for a typed shard,
+    every type of the tenant for the whole table) are compared one by one (workers/vector_exact:
+    index-only scan of the tenant's vectors, exact order); more go through the HNSW indexes
+    (workers/vector). The exact cost grows with the rows, the HNSW cost with the partitions probed
+    (one graph search each), hence the per-type budget. `statements(ctx)`, without a transaction to
+    read the sizes in, is the HNSW form.
+    """
+
+    name = "vector"
+    sql_name = "workers/vector"
+    exact_sql_name = "workers/vector_exact"
+    score_name = "vector_distance"
+    lower_is_better = True
+    weights = {"score": 0.5, "rrf": 1.0}
+
+    def params(self, ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
+        return {"embedding": ctx.embedding, "memory_type": shard.memory_type, "limit": ctx.limit}
+
+    def statements_for(self, conn: psycopg.Connection, ctx: WorkerContext) -> list[Statement]:
+        limit = ctx.config.vector_exact_max_rows
+        rows = {} if limit <= 0 else ctx.tenant_rows if ctx.tenant_rows is not None else tenant_rows(conn)
+        return [(load_sql(self.exact_sql_name if limit > 0 and exact(rows, shard, limit) else self.sql_name),
+                 self.params(ctx, shard))
+                for shard in ctx.shards]
+
+    def score(self, row: dict[str, Any]) -> float:
+        return float(row["distance"])
+
+
+def exact(rows: Mapping[str, int], shard: Shard, per_type: int) -> bool:
+    """Whether the shard's memories of the tenant are few enough for an exact search."""
+    if shard.memory_type is not None:
+        return rows.get(shard.memory_type, 0) <= per_type
+    return sum(rows.values()) <= per_type * max(1, len(rows))
