@@ -75,16 +75,10 @@ class Ingestor:
         writers = max(1, int(writers))
         total = StoreResult()
         # (write, batch size, the batch's keys) of the batches being written
-        pending: collections.deque[tuple[concurrent.futures.Future[StoreResult], int, set[Key]]] = \
-            collections.deque()
+        pending: collections.deque[_Pending] = collections.deque()
 
         def collect(future: concurrent.futures.Future[StoreResult], size: int) -> None:
-            result = future.result()
-            total.inserted += result.inserted
-            total.duplicates += result.duplicates
-            total.copy_rows += result.copy_rows
-            if return_ids:  # a list entry per record: the one thing here that grows with the stream
-                total.ids.extend(result.ids)
+            _add(total, future.result(), return_ids)
             if progress:
                 progress(size)
 
@@ -103,16 +97,7 @@ class Ingestor:
                 while pending:
                     collect(*pending.popleft()[:2])
             except BaseException:
-                # Let the batches in flight end; an earlier batch's failure is the error to report.
-                while pending:
-                    future, size, _ = pending.popleft()
-                    try:
-                        collect(future, size)
-                    except BaseException as earlier:
-                        for later, _, _ in pending:
-                            concurrent.futures.wait([later])
-                        pending.clear()
-                        raise earlier from None
+                _finish_in_flight(pending, collect)
                 raise
         return total
 
@@ -152,15 +137,7 @@ class Ingestor:
         after the others: a concurrent batch that inserts the same key holds it until it commits,
         and the rest of this batch's work need not wait for that (what is inserted is the same)."""
         result = StoreResult(ids=[None] * len(prepared))
-        by_tenant: dict[str, list[int]] = {}
-        seen: set[Key] = set()
-        for i, p in enumerate(prepared):
-            key = p.key
-            if key in seen:  # a duplicate inside the batch itself
-                result.duplicates += 1
-                continue
-            seen.add(key)
-            by_tenant.setdefault(p.tenant, []).append(i)
+        by_tenant = _by_tenant(prepared, result)
         # Tenants in one order for every batch, and within a tenant each statement takes its row locks
         # in key order; so two writers whose batches share tenants (store_many's parallel writers, or
         # two processes) always lock in the same global order and never deadlock. The late memories
@@ -172,33 +149,8 @@ class Ingestor:
             conn.execute(load_sql("ingest/stage"))  # several statements, no parameters: one round trip
             # One COPY per table for the whole batch; every statement below reads its tenant's rows.
             result.copy_rows += self._copy(conn, prepared, [i for t in tenants for i in by_tenant[t]], late)
-            # 1. Rows only this batch writes: memories (and their index entries: the bulk of the work),
-            #    postings, attributes. They lock nothing another batch needs, except the dedup key of
-            #    a memory both batches insert (the second waits for the first to finish): so the late
-            #    memories, whose keys a batch in flight inserts, go in after all the others.
-            with self._pipeline(conn):
-                for tenant in tenants:
-                    set_tenant(conn, tenant)
-                    conn.execute(load_sql("ingest/insert_memories"), {"late": False})
-                for tenant in late_tenants:
-                    set_tenant(conn, tenant)
-                    conn.execute(load_sql("ingest/insert_memories"), {"late": True})
-                for tenant in tenants:
-                    set_tenant(conn, tenant)
-                    conn.execute(load_sql("ingest/insert_terms"), {"k1": self.k1, "b": self.b})
-                    conn.execute(load_sql("ingest/insert_attributes"))
-            # 2. Shared rows every batch of a tenant updates (shard statistics, document frequencies,
-            #    entities and edges, the graph mirror), last: they stay locked only from here to COMMIT,
-            #    so a concurrent writer's step 1 is never blocked by them.
-            with self._pipeline(conn, self.graph_writer is None):
-                for tenant in tenants:
-                    with self._pipeline(conn, self.graph_writer is not None):
-                        set_tenant(conn, tenant)
-                        conn.execute(load_sql("ingest/update_docs"))
-                        conn.execute(load_sql("ingest/update_df"))
-                        conn.execute(load_sql("ingest/insert_entities"))
-                    if self.graph_writer is not None:
-                        self.graph_writer(conn, tenant)
+            self._insert_own_rows(conn, tenants, late_tenants)
+            self._update_shared_rows(conn, tenants)
             ids = dict(conn.execute("SELECT row_no, memory_id FROM stage_memories").fetchall())
         for rows in by_tenant.values():
             for row in rows:
@@ -208,6 +160,37 @@ class Ingestor:
                 else:
                     result.inserted += 1
         return result
+
+    def _insert_own_rows(self, conn: psycopg.Connection, tenants: Sequence[str], late_tenants: Sequence[str]) -> None:
+        """Step 1, rows only this batch writes: memories (and their index entries: the bulk of the
+        work), postings, attributes. They lock nothing another batch needs, except the dedup key of a
+        memory both batches insert (the second waits for the first to finish): so the late memories,
+        whose keys a batch in flight inserts, go in after all the others."""
+        with self._pipeline(conn):
+            for tenant in tenants:
+                set_tenant(conn, tenant)
+                conn.execute(load_sql("ingest/insert_memories"), {"late": False})
+            for tenant in late_tenants:
+                set_tenant(conn, tenant)
+                conn.execute(load_sql("ingest/insert_memories"), {"late": True})
+            for tenant in tenants:
+                set_tenant(conn, tenant)
+                conn.execute(load_sql("ingest/insert_terms"), {"k1": self.k1, "b": self.b})
+                conn.execute(load_sql("ingest/insert_attributes"))
+
+    def _update_shared_rows(self, conn: psycopg.Connection, tenants: Sequence[str]) -> None:
+        """Step 2, shared rows every batch of a tenant updates (shard statistics, document
+        frequencies, entities and edges, the graph mirror), last: they stay locked only from here to
+        COMMIT, so a concurrent writer's step 1 is never blocked by them."""
+        with self._pipeline(conn, self.graph_writer is None):
+            for tenant in tenants:
+                with self._pipeline(conn, self.graph_writer is not None):
+                    set_tenant(conn, tenant)
+                    conn.execute(load_sql("ingest/update_docs"))
+                    conn.execute(load_sql("ingest/update_df"))
+                    conn.execute(load_sql("ingest/insert_entities"))
+                if self.graph_writer is not None:
+                    self.graph_writer(conn, tenant)
 
     def _copy(self, conn: psycopg.Connection, prepared: list[Prepared], rows: list[int],
               late: Collection[int] = ()) -> int:
@@ -237,6 +220,44 @@ class Ingestor:
                             copy.write_row((i, subject, attribute.lower(), value))
                             count += 1
         return count
+
+
+_Pending = tuple[concurrent.futures.Future[StoreResult], int, set[Key]]
+
+
+def _add(total: StoreResult, result: StoreResult, return_ids: bool) -> None:
+    total.inserted += result.inserted
+    total.duplicates += result.duplicates
+    total.copy_rows += result.copy_rows
+    if return_ids:  # a list entry per record: the one thing here that grows with the stream
+        total.ids.extend(result.ids)
+
+
+def _finish_in_flight(pending: collections.deque[_Pending],
+                      collect: Callable[[concurrent.futures.Future[StoreResult], int], None]) -> None:
+    """After an error: let the batches in flight end; an earlier batch's failure is the error to report."""
+    while pending:
+        future, size, _ = pending.popleft()
+        try:
+            collect(future, size)
+        except BaseException as earlier:
+            for later, _, _ in pending:
+                concurrent.futures.wait([later])
+            pending.clear()
+            raise earlier from None
+
+
+def _by_tenant(prepared: Sequence[Prepared], result: StoreResult) -> dict[str, list[int]]:
+    """The batch's positions by tenant, each key once (a duplicate inside the batch counts as one)."""
+    by_tenant: dict[str, list[int]] = {}
+    seen: set[Key] = set()
+    for i, p in enumerate(prepared):
+        if p.key in seen:
+            result.duplicates += 1
+            continue
+        seen.add(p.key)
+        by_tenant.setdefault(p.tenant, []).append(i)
+    return by_tenant
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
