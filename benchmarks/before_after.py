@@ -21,40 +21,46 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
 MODES = {"v4": "V4 retrieval-only", "v3": "V3", "ranked": "V4 with ranking"}
 WORKERS = ("vector", "bm25", "graph", "phrase", "attribute")
 
 
 def serve(dsn: str, n: int) -> None:
-    """The child: answers `<query index> <mode>` lines with the query's diagnostics as JSON lines."""
-    import corpus
-    import phases
+    """The child: answers `<query index> <mode>` lines with the query's diagnostics as JSON lines.
 
-    from memoria_pg.config import Config
-    from memoria_pg.system import MemorySystem
+    Its library is the revision's or the working tree's (the child's PYTHONPATH): only what both
+    have is used here, the queries and vectors built as phases.Bench builds them."""
+    import corpus
+    import library
+
+    from memoria_pg import Config, MemorySystem
 
     config = Config.from_env(dsn=dsn, use_age=False, pool_min_size=12, pool_max_size=48)
     queries = corpus.queries(n, seed=7, n_tenants=10, world=corpus.universe(7, 10))
+    embed = library.hash_embed()
+    vectors = [embed(q.text) for q in queries]
     with MemorySystem(config, auto_migrate=False) as system:
-        bench = phases.Bench(system, queries)
         print(json.dumps({"ready": True}), flush=True)
         for line in sys.stdin:
             i, mode = line.split()
+            q = queries[int(i)]
             c0 = time.process_time()
-            d = bench.query(int(i), v4=mode != "v3", ranking=mode == "ranked").diagnostics
+            d = system.query(q.text, tenant=q.tenant, memory_type=q.memory_type, ranking=mode == "ranked",
+                             v4=mode != "v3", embedding=vectors[int(i)]).diagnostics
             print(json.dumps({"total_ms": d.total_ms, "retrieval_ms": d.retrieval_ms, "database_ms": d.database_ms,
                               "worker_ms": d.worker_ms, "client_cpu_ms": (time.process_time() - c0) * 1000}),
                   flush=True)
 
 
 def child(root: Path, dsn: str, n: int) -> subprocess.Popen:
-    # The child imports the library and the benchmark modules of `root`, and this file's serve().
-    code = (f"import sys; sys.path[:0] = [{str(root)!r}, {str(root / 'benchmarks')!r}]; "
-            f"sys.path.append({str(Path(__file__).parent)!r}); "
-            f"import before_after; before_after.serve({dsn!r}, {n})")
+    # The child imports the library of `root` (first on its PYTHONPATH), and this folder's serve(),
+    # corpus and library modules: both sides build the same queries.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(HERE)])}
+    code = f"import before_after; before_after.serve({dsn!r}, {n})"
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            cwd=root)
+                            cwd=root, env=env)
     assert json.loads(proc.stdout.readline())["ready"]
     return proc
 
@@ -83,7 +89,8 @@ def main() -> int:
     params = psycopg.conninfo.conninfo_to_dict(args.dsn)
     params["dbname"] = args.db
     dsn = psycopg.conninfo.make_conninfo(**params)
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=REPO).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "archive", args.rev], capture_output=True, check=True, cwd=REPO).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)

@@ -184,7 +184,7 @@ def universe(seed: int, n_tenants: int, people_per_tenant: int = 300) -> Univers
     out = Universe(seed)
     for t in range(n_tenants):
         rng = random.Random(f"{seed}:tenant:{t}")
-        names = rng.sample([f"{f} {l}" for f in FIRST for l in LAST], people_per_tenant)
+        names = rng.sample([f"{first} {last}" for first in FIRST for last in LAST], people_per_tenant)
         places = rng.sample(PLACES, 40)
         orgs = rng.sample(ORGS, 24)
         people = [Person(name=n, location=rng.choice(places), employer=rng.choice(orgs),
@@ -228,7 +228,8 @@ class _Text:
         options = [
             f"{p.name} lives in {p.location} and has been there for {r.randint(2, 20)} years.",
             f"{p.name} works at {p.employer} since {r.randint(2005, 2025)}.",
-            f"{p.name} works as a {p.occupation} and says the new project keeps the team {r.choice(['busy', 'calm', 'happy'])}.",
+            f"{p.name} works as a {p.occupation} and says the new project keeps the team "
+            f"{r.choice(['busy', 'calm', 'happy'])}.",
             f"{p.name} was born in {p.birthplace}. They grew up near the {r.choice(['river', 'harbour', 'old town'])}.",
             f"{p.name} has a {p.pet} named {p.pet_name}, who is {r.randint(1, 14)} years old.",
             f"{r.choice(self.t.orgs)} has its main office in {r.choice(self.t.places)}; {p.name} "

@@ -9,12 +9,9 @@ import numpy as np
 from psycopg import sql
 from psycopg.types.string import StrDumper
 
-from memoria_pg.candidates import final_cte_params
-from memoria_pg.relevance import relevance_pool
-from memoria_pg.resources import load_sql
-from memoria_pg.system import MemorySystem
-from memoria_pg.workers import WORKERS
+from memoria_pg import Diagnostics, MemorySystem
 
+from library import sql_text
 from phases import Bench
 
 
@@ -67,8 +64,9 @@ def explain_generic(conn, text: str, params: dict[str, Any]) -> tuple[float, lis
 def plans(bench: Bench, v4_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """EXPLAIN ANALYZE of the slowest query per worker, a common-word BM25 query and the final CTE."""
     system, out = bench.system, []
+    registry, scheduler, cfg = system.pipeline.registry, system.pipeline.scheduler, system.config
     picks: list[tuple[str, int]] = []
-    for worker in WORKERS:
+    for worker in registry:
         timed = [(r["worker_ms"][worker], i) for i, r in enumerate(v4_rows) if worker in r["worker_ms"]]
         if timed:
             picks.append((worker, max(timed)[1]))
@@ -80,11 +78,11 @@ def plans(bench: Bench, v4_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         query, _, ctx, _ = bench.context(i)
         if worker == "tsrank":
             tsquery = " | ".join("'" + t + "'" for t in query.tokens)
-            statements = [(load_sql("workers/bm25_tsrank"), {"tsquery": tsquery, "memory_type": s.memory_type,
+            statements = [(sql_text("workers/bm25_tsrank"), {"tsquery": tsquery, "memory_type": s.memory_type,
                                                              "limit": ctx.limit}) for s in ctx.shards]
         else:
             with system.db.transaction(query.tenant) as conn:
-                statements = WORKERS[worker]().statements_for(conn, ctx)
+                statements = registry[worker]().statements_for(conn, ctx)
         for text, params in statements:
             with system.db.transaction(query.tenant) as conn:
                 exec_ms, lines = explain(conn, text, params)
@@ -97,7 +95,7 @@ def plans(bench: Bench, v4_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         i = max(typed, key=lambda i: v4_rows[i]["worker_ms"]["vector"])
         query, _, ctx, _ = bench.context(i)
         with system.db.transaction(query.tenant) as conn:
-            text, params = WORKERS["vector"]().statements_for(conn, ctx)[0]
+            text, params = registry["vector"]().statements_for(conn, ctx)[0]
         for what, fn in (("vector (custom plan)", explain), ("vector (generic plan)", explain_generic)):
             with system.db.transaction(query.tenant) as conn:
                 exec_ms, lines = fn(conn, text, params)
@@ -106,14 +104,12 @@ def plans(bench: Bench, v4_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                         "in_query_worker_ms": v4_rows[i]["worker_ms"]["vector"], "execution_ms": exec_ms,
                         "plan": lines})
     slow = max(range(len(v4_rows)), key=lambda i: v4_rows[i]["database_ms"])
-    query, route, ctx, tasks = bench.context(slow)
-    hits = dict(system.scheduler.run(tasks, tenant=query.tenant, deadline_ms=system.config.retrieval_deadline_ms).hits)
-    pool = relevance_pool(system, query, ctx.embedding, route, system.config.top_k)
-    if pool:
-        hits["relevance"] = pool
-    params = final_cte_params(hits, cap=system.config.ranking_candidate_limit, rrf_k=system.config.rrf_k)
+    query, _, ctx, tasks = bench.context(slow)
+    hits = dict(scheduler.run(tasks, tenant=query.tenant, deadline_ms=cfg.retrieval_deadline_ms).hits)
+    hits.update(system.pipeline.relevance(query, ctx.embedding, cfg.top_k, Diagnostics()))
+    statement, params = system.pipeline.candidate_statement(hits)
     with system.db.transaction(query.tenant) as conn:
-        exec_ms, lines = explain(conn, load_sql("final_candidates"), params)
+        exec_ms, lines = explain(conn, statement, params)
     out.append({"what": "final_cte", "query": bench.queries[slow].text, "tenant": query.tenant,
                 "category": bench.queries[slow].category, "shard": None, "hits": len(params["ids"]),
                 "in_query_worker_ms": v4_rows[slow]["database_ms"], "execution_ms": exec_ms, "plan": lines})

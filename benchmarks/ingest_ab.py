@@ -41,16 +41,14 @@ def parse_variant(text: str) -> dict:
 
 
 def child(args) -> int:
-    """Runs in the measured library's environment: one store_many pass, JSON on stdout."""
-    sys.path.insert(0, str(HERE))
+    """Runs with the measured library (PYTHONPATH: the variant's checkout): one store_many pass, JSON on stdout."""
     import psycopg
 
     import corpus
     import ingestion
     from timing import CpuMeter
 
-    from memoria_pg.config import Config
-    from memoria_pg.system import MemorySystem
+    from memoria_pg import Config, MemorySystem
 
     config = Config.from_env(dsn=args.child_dsn, use_age=False, pool_min_size=2, pool_max_size=8)
     world = corpus.universe(args.seed, args.tenants)
@@ -65,20 +63,16 @@ def child(args) -> int:
         # What the database holds (the admin user bypasses row-level security): must equal `inserted`.
         result["stored"] = admin.execute("SELECT count(*) FROM memoria.memories").fetchone()[0]
         result["stored_postings"] = admin.execute("SELECT count(*) FROM memoria.memory_terms").fetchone()[0]
-        result["stored_docs"] = int(admin.execute("SELECT coalesce(sum(n_docs), 0) FROM memoria.bm25_docs").fetchone()[0])
+        result["stored_docs"] = int(admin.execute("SELECT coalesce(sum(n_docs), 0) FROM memoria.bm25_docs")
+                                    .fetchone()[0])
     result["load"] = (load0 + os.getloadavg()[0]) / 2
     print(json.dumps(result, default=str))
     return 0
 
 
 def fresh_database(admin: str, name: str, revision: str) -> str:
-    if str(REPO) not in sys.path:  # the migrations are always this checkout's
-        sys.path.insert(0, str(REPO))
     import psycopg
     from psycopg import sql
-
-    from memoria_pg import migrate
-    from memoria_pg.config import DEFAULT_MEMORY_TYPES
 
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
@@ -86,7 +80,14 @@ def fresh_database(admin: str, name: str, revision: str) -> str:
     params = psycopg.conninfo.conninfo_to_dict(admin)
     params["dbname"] = name
     dsn = psycopg.conninfo.make_conninfo(**params)
-    migrate.upgrade(dsn, revision, memory_types=DEFAULT_MEMORY_TYPES, use_age=False)
+    # The migrations are always this checkout's: its CLI, `memoria-pg db upgrade REVISION`, with the
+    # default memory types (DEFAULT_MEMORY_TYPES) and without the AGE graph.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MEMORIA_DSN": dsn, "MEMORIA_USE_AGE": "false"}
+    env.pop("MEMORIA_MEMORY_TYPES", None)
+    proc = subprocess.run([sys.executable, "-m", "memoria_pg.cli", "db", "upgrade", revision], env=env, cwd=REPO,
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"migrating {name} to {revision} failed:\n{proc.stdout}{proc.stderr[-4000:]}")
     return dsn
 
 
@@ -133,7 +134,8 @@ def markdown(args, variants: list[dict], runs: dict[str, list[dict]]) -> str:
     for v in variants:
         rs = runs[v["name"]]
         lines.append(f"| {v['name']} | {v['code']} | {v['revision']} | {v.get('writers', 'default')} | "
-                     f"{f(med(rs, 'library_rate'), 0)} | {f(med(rs, 'rate'), 0)} | {f(med(rs, 'cpu_ms_per_memory'), 2)} | "
+                     f"{f(med(rs, 'library_rate'), 0)} | {f(med(rs, 'rate'), 0)} | "
+                     f"{f(med(rs, 'cpu_ms_per_memory'), 2)} | "
                      f"{f(med(rs, 'client_cpu_ms_per_memory'), 2)} | {f(med(rs, 'server_cpu_ms_per_memory'), 2)} | "
                      f"{f(med(rs, 'rss_10_mb'))} | {f(med(rs, 'rss_100_mb'))} | {f(med(rs, 'load'))} |")
     base = runs[variants[0]["name"]]
@@ -141,7 +143,8 @@ def markdown(args, variants: list[dict], runs: dict[str, list[dict]]) -> str:
         a, b = med(base, "library_rate"), med(runs[v["name"]], "library_rate")
         ca, cb = med(base, "cpu_ms_per_memory"), med(runs[v["name"]], "cpu_ms_per_memory")
         if a and b and ca and cb:
-            lines += ["", f"{v['name']} / {variants[0]['name']}: memories/s x{b / a:.2f}, CPU per memory x{cb / ca:.2f}."]
+            lines += ["", f"{v['name']} / {variants[0]['name']}: memories/s x{b / a:.2f}, "
+                          f"CPU per memory x{cb / ca:.2f}."]
     lines += ["", "Every run (memories/s library, CPU ms/memory, write steps in seconds summed over batches "
               "and writers):", ""]
     for v in variants:

@@ -20,24 +20,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-if not os.environ.get("PYTHONPATH"):
-    sys.path.insert(0, str(HERE.parent))
+from memoria_pg import Config, MemorySystem
 
-import corpus  # noqa: E402
-
-from memoria_pg.config import Config  # noqa: E402
-from memoria_pg.embedding import HashEmbedder  # noqa: E402
-from memoria_pg.resources import load_sql, sql_dir  # noqa: E402
-from memoria_pg.system import MemorySystem  # noqa: E402
-from memoria_pg.text import normalize  # noqa: E402
+import corpus
+import library
 
 
 class _Rollback(Exception):
@@ -87,11 +77,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="SQL run as the login user at the start of every rolled-back batch (an experiment: "
                         "e.g. DROP INDEX memoria.memories_relevance, to see what the index costs)")
     args = p.parse_args(argv)
-    names = {load_sql(f"ingest/{path.stem}"): path.stem for path in sorted((sql_dir() / "ingest").glob("*.sql"))}
-    embedder = HashEmbedder(384)
+    names = {library.sql_text(f"ingest/{path.stem}"): path.stem
+             for path in sorted((library.sql_dir() / "ingest").glob("*.sql"))}
+    embed = library.hash_embed()
     world = corpus.universe(7, args.tenants)  # the tenants of the stored corpus, new texts
     records = list(corpus.memories(args.batch * args.repeat, seed=args.seed, n_tenants=args.tenants,
-                                   world=world, embed=lambda text: embedder.embed([normalize(text)])[0]))
+                                   world=world, embed=embed))
     config = Config.from_env(dsn=args.dsn, use_age=False, pool_min_size=1, pool_max_size=2)
     runs: list[dict[str, float]] = []
     plans: dict[str, str] = {}
@@ -123,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
                 return getattr(db, name)
 
         ing.db = _DB()
-        copy = ing._copy
+        # Ingestor.write / copy_batch (named _write / _copy before the restructuring, in older checkouts)
+        write_name, copy_name = ("write", "copy_batch") if hasattr(ing, "copy_batch") else ("_write", "_copy")
+        copy = getattr(ing, copy_name)
 
         def metered_copy(conn, *a, **kw):
             t0, c0 = backend_cpu_ns(state["pid"]), time.thread_time_ns()
@@ -133,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                 state["spent"]["copy (server)"] = backend_cpu_ns(state["pid"]) - t0
                 state["spent"]["copy (client)"] = time.thread_time_ns() - c0
 
-        ing._copy = metered_copy
+        setattr(ing, copy_name, metered_copy)
         for r in range(args.repeat + (1 if args.plans else 0)):
             batch = records[(r % args.repeat) * args.batch:(r % args.repeat + 1) * args.batch]
             state["spent"] = {}
@@ -142,12 +135,13 @@ def main(argv: list[str] | None = None) -> int:
             prepared = ing.prepare_batch(batch)
             prepare_ns = time.thread_time_ns() - c0
             c0 = time.thread_time_ns()
-            ing._write(prepared)
+            getattr(ing, write_name)(prepared)
             write_client_ns = time.thread_time_ns() - c0
             if r < args.repeat:
                 spent = {k: v / 1e6 / args.batch for k, v in state["spent"].items()}
                 spent["prepare (client)"] = prepare_ns / 1e6 / args.batch
-                spent["write, not COPY (client)"] = (write_client_ns - state["spent"].get("copy (client)", 0)) / 1e6 / args.batch
+                write_ns = write_client_ns - state["spent"].get("copy (client)", 0)
+                spent["write, not COPY (client)"] = write_ns / 1e6 / args.batch
                 runs.append(spent)
     keys = sorted({k for run in runs for k in run}, key=lambda k: -statistics.median(r.get(k, 0.0) for r in runs))
     med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}

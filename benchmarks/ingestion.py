@@ -5,18 +5,17 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 
-from memoria_pg.embedding import HashEmbedder
-from memoria_pg.resources import load_sql
-from memoria_pg.system import MemorySystem
-from memoria_pg.text import normalize
-
 import corpus
+import library
 from timing import log, peak_rss_mb, rss_mb
+
+if TYPE_CHECKING:  # ingest_ab.py runs this module with other checkouts' libraries too
+    from memoria_pg import MemorySystem
 
 RSS_MARKS = (0.1, 0.5, 1.0)
 _LOCK = threading.Lock()  # store_many's writer threads add to the same accumulators
@@ -25,7 +24,6 @@ _LOCK = threading.Lock()  # store_many's writer threads add to the same accumula
 def _add(acc: dict[str, float], key: str, seconds: float) -> None:
     with _LOCK:
         acc[key] = acc.get(key, 0.0) + seconds
-DIM = 384
 
 
 def timed_calls(fn, acc: dict[str, float], key: str):
@@ -60,7 +58,7 @@ def _ingest_statements() -> dict[str, str]:
     names = {}
     for n in INGEST_SQL:
         try:
-            names[load_sql(f"ingest/{n}")] = n
+            names[library.sql_text(f"ingest/{n}")] = n
         except FileNotFoundError:
             pass
     return names
@@ -129,18 +127,20 @@ class _TimedDatabase:
 
 
 def ingest(system: MemorySystem, args, world: corpus.Universe) -> dict[str, Any]:
-    embedder = HashEmbedder(DIM)
+    embed = library.hash_embed()
     spent: dict[str, float] = {}
     ing = system.ingestor
     # Instance-level wrappers (the library is untouched) split the time into the Python side
     # (validation, tokenizing, entity and attribute rules) and the database side (COPY + SQL,
     # per statement).
     ing.prepare = timed_calls(ing.prepare, spent, "prepare_s")
-    ing._write = timed_calls(ing._write, spent, "write_s")
-    ing._copy = timed_calls(ing._copy, spent, "sql_copy_s")
+    # Ingestor.write / copy_batch (named _write / _copy before the restructuring, in older checkouts)
+    write, copy = ("write", "copy_batch") if hasattr(ing, "copy_batch") else ("_write", "_copy")
+    setattr(ing, write, timed_calls(getattr(ing, write), spent, "write_s"))
+    setattr(ing, copy, timed_calls(getattr(ing, copy), spent, "sql_copy_s"))
     ing.db = _TimedDatabase(ing.db, spent)
     records = timed_iter(corpus.memories(args.n, seed=args.seed, n_tenants=args.tenants, world=world,
-                                         embed=lambda text: embedder.embed([normalize(text)])[0]),
+                                         embed=embed),
                          spent, "generate_s")
     marks = [(m, max(1, round(args.n * m))) for m in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)]
     samples: list[dict[str, float]] = []
@@ -192,7 +192,8 @@ def corpus_stats(dsn: str) -> dict[str, Any]:
         counts = {t: conn.execute(sql.SQL("SELECT count(*) FROM memoria.{}").format(sql.Identifier(t))).fetchone()[0]
                   for t in ("memories", "memory_terms", "bm25_terms", "entities", "memory_entities",
                             "entity_edges", "memory_attributes")}
-        by_type = dict(conn.execute("SELECT memory_type, count(*) FROM memoria.memories GROUP BY 1 ORDER BY 1").fetchall())
+        by_type = dict(conn.execute("SELECT memory_type, count(*) FROM memoria.memories GROUP BY 1 ORDER BY 1")
+                       .fetchall())
         tenants = conn.execute("SELECT min(n), max(n), count(*) FROM (SELECT count(*) n FROM memoria.memories "
                                "GROUP BY tenant) s").fetchone()
         sizes = dict(conn.execute(
@@ -203,8 +204,10 @@ def corpus_stats(dsn: str) -> dict[str, Any]:
                             "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam "
                             "WHERE a.amname = 'hnsw'").fetchone()[0]
         db_size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
-        max_df = conn.execute("SELECT term, sum(df) FROM memoria.bm25_terms GROUP BY term ORDER BY 2 DESC LIMIT 8").fetchall()
-    return {"counts": counts, "by_type": by_type, "tenants": {"min": tenants[0], "max": tenants[1], "count": tenants[2]},
+        max_df = conn.execute("SELECT term, sum(df) FROM memoria.bm25_terms GROUP BY term ORDER BY 2 DESC LIMIT 8"
+                              ).fetchall()
+    return {"counts": counts, "by_type": by_type,
+            "tenants": {"min": tenants[0], "max": tenants[1], "count": tenants[2]},
             "db_size_mb": float(db_size) / 2**20, "hnsw_mb": float(hnsw) / 2**20,
             "largest_tables_mb": {k: v / 2**20 for k, v in list(sizes.items())[:8]},
             "most_common_terms": [(t, int(n)) for t, n in max_df]}

@@ -8,20 +8,11 @@ from typing import Any
 
 import psycopg
 
-from memoria_pg import pipeline
-from memoria_pg.config import Config
-from memoria_pg.embedding import HashEmbedder
-from memoria_pg.resources import load_sql
-from memoria_pg.routing import submitted_workers
-from memoria_pg.scheduler import run_sequential
-from memoria_pg.system import MemorySystem
-from memoria_pg.text import normalize
-from memoria_pg.workers import WORKERS, WorkerContext
-from memoria_pg.workers.bm25 import BM25Worker
-from memoria_pg.shards import tenant_rows
+from memoria_pg import Config, Diagnostics, HashEmbedder, MemorySystem, QueryRequest, WorkerContext, normalize
 
 import corpus
 import report
+from library import sql_text
 from timing import log, ms_since
 
 DIM = 384
@@ -40,17 +31,14 @@ class Bench:
                                  embedding=self.vectors[i] if embedding else None)
 
     def context(self, i: int):
-        """The query's bound worker tasks, built the way pipeline.run_query builds them."""
-        system, q, cfg = self.system, self.queries[i], self.system.config
-        with system.db.transaction(q.tenant) as conn:
-            query = system.query_processor(q.tenant, conn).process(q.text, tenant=q.tenant, memory_type=q.memory_type)
-            rows = tenant_rows(conn)
-        query, route = system.router.route_query(query)
-        names = submitted_workers(route, query, fusion_enabled=cfg.enable_fusion,
-                                  phrase_index_enabled=cfg.enable_phrase_index, graph_enabled=cfg.enable_graph)
-        ctx = pipeline.worker_context(system, query, route, self.vectors[i], rows)
-        tasks = {name: pipeline._bind(WORKERS[name](), ctx) for name in names}
-        return query, route, ctx, tasks
+        """The query's bound worker tasks, built the way QueryPipeline.retrieve builds them."""
+        system, q = self.system, self.queries[i]
+        pipeline, diag = system.pipeline, Diagnostics()
+        request = QueryRequest(text=q.text, tenant=q.tenant, top_k=system.config.top_k, memory_type=q.memory_type)
+        query, rows = pipeline.process(request, diag)
+        query, route, names = pipeline.route(query, None, diag)
+        ctx = pipeline.context(query, route, self.vectors[i], rows)
+        return query, route, ctx, pipeline.tasks(names, ctx)
 
 
 def answered(response, q: corpus.Query) -> bool | None:
@@ -108,6 +96,7 @@ def cpu_cost(bench: Bench, meter) -> dict[str, dict[str, Any]]:
 
 def concurrent_vs_sequential(bench: Bench) -> list[dict[str, Any]]:
     system, rows = bench.system, []
+    scheduler = system.pipeline.scheduler
     for i, q in enumerate(bench.queries):
         _, _, _, tasks = bench.context(i)
         if not tasks:
@@ -115,16 +104,16 @@ def concurrent_vs_sequential(bench: Bench) -> list[dict[str, Any]]:
         timings = {}
         noop = {name: (lambda conn: []) for name in tasks}
         t0 = time.perf_counter()
-        system.scheduler.run(noop, tenant=q.tenant, deadline_ms=system.config.retrieval_deadline_ms)
+        scheduler.run(noop, tenant=q.tenant, deadline_ms=system.config.retrieval_deadline_ms)
         timings["noop_concurrent_ms"] = ms_since(t0)
         for way in (("concurrent", "sequential") if i % 2 == 0 else ("sequential", "concurrent")):
             t0 = time.perf_counter()
             if way == "concurrent":
-                result = system.scheduler.run(tasks, tenant=q.tenant, deadline_ms=system.config.retrieval_deadline_ms)
+                result = scheduler.run(tasks, tenant=q.tenant, deadline_ms=system.config.retrieval_deadline_ms)
                 timings["concurrent_ms"] = ms_since(t0)
                 timings["worker_sum_ms"] = sum(result.worker_ms.values())
             else:
-                run_sequential(tasks, system.db, q.tenant)
+                scheduler.run_sequential(tasks, q.tenant)
                 timings["sequential_ms"] = ms_since(t0)
         rows.append({"category": q.category, "workers": list(tasks), **timings})
     return rows
@@ -133,7 +122,8 @@ def concurrent_vs_sequential(bench: Bench) -> list[dict[str, Any]]:
 def bm25_vs_tsrank(bench: Bench) -> list[dict[str, Any]]:
     """Our BM25 worker and the ts_rank_cd baseline on the same shards, tenant and limit."""
     system, rows = bench.system, []
-    baseline = load_sql("workers/bm25_tsrank")
+    baseline = sql_text("workers/bm25_tsrank")
+    bm25 = system.pipeline.registry["bm25"]
     for i, q in enumerate(bench.queries):
         query, _, ctx, _ = bench.context(i)
         if not query.tokens:
@@ -143,7 +133,7 @@ def bm25_vs_tsrank(bench: Bench) -> list[dict[str, Any]]:
         for way in (("bm25", "tsrank") if i % 2 == 0 else ("tsrank", "bm25")):
             with system.db.transaction(q.tenant) as conn:
                 t0 = time.perf_counter()
-                hits = BM25Worker().run(conn, ctx) if way == "bm25" else [r for rs in tsrank(conn) for r in rs]
+                hits = bm25().run(conn, ctx) if way == "bm25" else [r for rs in tsrank(conn) for r in rs]
                 timings[f"{way}_ms"] = ms_since(t0)
                 timings[f"{way}_hits"] = len(hits)
         rows.append(timings)
@@ -160,8 +150,9 @@ def plan_modes(bench: Bench) -> list[dict[str, Any]]:
     for i, q in enumerate(bench.queries):
         query, _, ctx, tasks = bench.context(i)
         for name in tasks:
-            worker = WORKERS[name]()
-            row: dict[str, Any] = {"worker": name, "category": q.category, "typed": ctx.shards[0].memory_type is not None}
+            worker = system.pipeline.registry[name]()
+            row: dict[str, Any] = {"worker": name, "category": q.category,
+                                   "typed": ctx.shards[0].memory_type is not None}
             for mode in (("custom", "generic") if i % 2 == 0 else ("generic", "custom")):
                 with system.db.transaction(q.tenant) as conn:
                     conn.execute(f"SET LOCAL plan_cache_mode = force_{mode}_plan")
@@ -192,7 +183,7 @@ def rls_cost(bench: Bench, dsn: str) -> list[dict[str, Any]]:
     pg_trgm's `%` are not, so their GIN indexes cannot serve the app role.
     """
     system, rows = bench.system, []
-    baseline = load_sql("workers/bm25_tsrank")
+    baseline = sql_text("workers/bm25_tsrank")
     with admin_connection(dsn, system.config) as admin:
         for i, q in enumerate(bench.queries):
             query, _, ctx, tasks = bench.context(i)
@@ -243,7 +234,7 @@ def throughput(bench: Bench, levels: list[int], rounds: int) -> list[dict[str, A
 def with_model(config: Config, queries: list[corpus.Query]) -> dict[str, Any]:
     """End to end with the real query embedding (all-MiniLM-L6-v2 on CPU), no vectors supplied."""
     try:
-        from memoria_pg.embedding import SentenceTransformerEmbedder
+        from memoria_pg import SentenceTransformerEmbedder
 
         model = SentenceTransformerEmbedder()
     except Exception as exc:  # the model is optional: report why it was skipped
@@ -266,7 +257,7 @@ def with_model(config: Config, queries: list[corpus.Query]) -> dict[str, Any]:
             for q in queries:
                 r = system.query(q.text, tenant=q.tenant, memory_type=q.memory_type, ranking=ranking)
                 rows[mode].append(record(q, r))
-        misses = system._query_embedder.misses if system._query_embedder else None
+        misses = system.query_embedder.misses
     torch.set_num_threads(default_threads)
     return {"model": getattr(model, "name", "?"), "embedder_misses": misses, "rows": rows,
             "torch_default_threads": default_threads}

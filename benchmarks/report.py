@@ -123,8 +123,10 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     v4 = s["passes"]["v4"]
     bm25 = (v4["workers"].get("bm25") or {}).get("p95")
     s["targets"] = [
-        target("V4 retrieval-only, DB part (total_ms, embedding supplied) p50", v4["timings"]["total_ms"]["p50"], 15, "ms"),
-        target("V4 retrieval-only, DB part (total_ms, embedding supplied) p95", v4["timings"]["total_ms"]["p95"], 30, "ms"),
+        target("V4 retrieval-only, DB part (total_ms, embedding supplied) p50", v4["timings"]["total_ms"]["p50"],
+               15, "ms"),
+        target("V4 retrieval-only, DB part (total_ms, embedding supplied) p95", v4["timings"]["total_ms"]["p95"],
+               30, "ms"),
         target("End to end with real query embedding p95 (torch default threads)",
                (s.get("model", {}).get("v4", {}).get("total_ms") or {}).get("p95"), 50, "ms"),
         target("End to end with real query embedding p95 (torch.set_num_threads(1))",
@@ -137,7 +139,8 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     if "skipped" in ing:
         return s
     s["targets"] += [
-        target("Ingestion, vectors supplied (library time only)", ing["library_rate"], 2000, "memories/s", at_least=True),
+        target("Ingestion, vectors supplied (library time only)", ing["library_rate"], 2000, "memories/s",
+               at_least=True),
         target("Ingestion, vectors supplied (wall, incl. corpus generation)", ing["rate"], 2000, "memories/s",
                at_least=True),
     ]
@@ -171,7 +174,7 @@ def pct_row(label: str, st: dict[str, float] | None, *extra: Any) -> list[Any]:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    s, ing, env, cor = results["summary"], results["ingest"], results["environment"], results["corpus"]
+    s, ing, env = results["summary"], results["ingest"], results["environment"]
     args = results["args"]
     L: list[str] = [f"# memoria-pg scale benchmark: {args['n']:,} memories", ""]
     L += [f"Run {results['started']} on {env['cpus']} CPUs, PostgreSQL {env['server']['server_version']} "
@@ -252,7 +255,8 @@ def _rest(results: dict[str, Any], L: list[str]) -> str:
         rows.append(pct_row(f"{label}: database_ms (final CTE)", t["database_ms"]))
     if "v4_hnsw" in s["passes"]:
         t = s["passes"]["v4_hnsw"]["timings"]
-        rows.append(pct_row("V4 retrieval-only, vector on HNSW only (vector_exact_max_rows=0): total_ms", t["total_ms"]))
+        rows.append(pct_row("V4 retrieval-only, vector on HNSW only (vector_exact_max_rows=0): total_ms",
+                            t["total_ms"]))
         rows.append(pct_row("V4 retrieval-only, vector on HNSW only: retrieval_ms (workers)", t["retrieval_ms"]))
     rows.append(pct_row("V4 retrieval-only: query processing (Python + entity lookup)",
                         s["passes"]["v4"]["timings"]["processing_ms"]))
@@ -395,6 +399,7 @@ def plans_markdown(plans: list[dict[str, Any]]) -> str:
     for p in plans:
         out += [f"## {p['what']}: {p['query']!r} (tenant {p['tenant']}, shard {p['shard'] or '*'}, "
                 f"{p['category']})", "",
-                f"In the query: {f(p['in_query_worker_ms'])} ms; server planning + execution: {f(p['execution_ms'])} ms.", "",
+                f"In the query: {f(p['in_query_worker_ms'])} ms; server planning + execution: "
+                f"{f(p['execution_ms'])} ms.", "",
                 "```", *p["plan"], "```", ""]
     return "\n".join(out)

@@ -22,17 +22,14 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import corpus  # noqa: E402
-import evidence  # noqa: E402
-import ingestion  # noqa: E402
-import phases  # noqa: E402
-import report  # noqa: E402
-from timing import CpuMeter, LoadMonitor, log  # noqa: E402
+from memoria_pg import DEFAULT_MEMORY_TYPES, Config, MemorySystem, start_embedded_server
 
-from memoria_pg import migrate  # noqa: E402
-from memoria_pg.config import DEFAULT_MEMORY_TYPES, Config  # noqa: E402
-from memoria_pg.system import MemorySystem  # noqa: E402
+import corpus
+import evidence
+import ingestion
+import phases
+import report
+from timing import CpuMeter, LoadMonitor, log
 
 DEFAULT_ADMIN_DSN = "postgresql://postgres@127.0.0.1:55432/postgres"
 
@@ -48,11 +45,16 @@ def with_db(dsn: str, dbname: str) -> str:
 def admin_dsn(args) -> str:
     if not args.embedded:
         return args.dsn
-    from memoria_pg import server
-
     data_dir = Path(args.data_dir).resolve()
     # The server stops when this process exits (unless it was already running).
-    return with_db(server.start(data_dir, keep_running=False), "postgres")
+    return with_db(start_embedded_server(data_dir, keep_running=False), "postgres")
+
+
+def migrate(dsn: str) -> None:
+    """Migrate the database to head (MemorySystem's auto_migrate, with the default memory types).
+    The AGE graph is left out: the graph worker runs its recursive CTE over the plain tables."""
+    config = Config(dsn=dsn, memory_types=DEFAULT_MEMORY_TYPES, use_age=False, pool_min_size=1, pool_max_size=1)
+    MemorySystem(config, auto_migrate=True).close()
 
 
 def fresh_database(admin: str, name: str) -> str:
@@ -60,8 +62,7 @@ def fresh_database(admin: str, name: str) -> str:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     dsn = with_db(admin, name)
-    # The AGE graph is left out: the graph worker runs its recursive CTE over the plain tables.
-    migrate.upgrade(dsn, memory_types=DEFAULT_MEMORY_TYPES, use_age=False)
+    migrate(dsn)
     return dsn
 
 
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.reuse:
         log(f"reusing database {name}")
         dsn = with_db(admin, name)
-        migrate.upgrade(dsn, memory_types=DEFAULT_MEMORY_TYPES, use_age=False)
+        migrate(dsn)
     else:
         log(f"creating database {name}")
         dsn = fresh_database(admin, name)

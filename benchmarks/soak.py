@@ -32,15 +32,9 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's memoria_pg
-import corpus  # noqa: E402
+from memoria_pg import Config, HashEmbedder, MemorySystem, normalize
 
-from memoria_pg import migrate  # noqa: E402
-from memoria_pg.config import DEFAULT_MEMORY_TYPES, Config  # noqa: E402
-from memoria_pg.embedding import HashEmbedder  # noqa: E402
-from memoria_pg.system import MemorySystem  # noqa: E402
-from memoria_pg.text import normalize  # noqa: E402
+import corpus
 
 DEFAULT_ADMIN_DSN = "postgresql://postgres@127.0.0.1:55432/postgres"
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -88,12 +82,11 @@ def require_loopback(dsn: str) -> None:
 
 
 def fresh_database(admin: str, name: str) -> str:
+    """A new, empty database (MemorySystem migrates it: auto_migrate)."""
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    dsn = with_db(admin, name)
-    migrate.upgrade(dsn, memory_types=DEFAULT_MEMORY_TYPES)
-    return dsn
+    return with_db(admin, name)
 
 
 def drop_database(admin: str, name: str) -> None:
@@ -288,9 +281,10 @@ def main(argv: list[str] | None = None) -> int:
     require_loopback(args.dsn)
     dsn = fresh_database(args.dsn, args.db_name)
     try:
+        # The default memory types, and the AGE graph when the server has it.
         config = Config(dsn=dsn, pool_min_size=2, pool_max_size=args.pool_max_size)
         world = corpus.universe(args.seed, args.tenants)
-        with MemorySystem(config, embedder=HashEmbedder()) as system:
+        with MemorySystem(config, embedder=HashEmbedder(), auto_migrate=True) as system:
             load_s = load(system, args, world)
             ledger = Ledger()
             elapsed = run(system, args, world, ledger)

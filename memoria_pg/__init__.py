@@ -8,6 +8,7 @@ from .config import DEFAULT_MEMORY_TYPES, Config
 from .core.embedding import Embedder, HashEmbedder, SentenceTransformerEmbedder, embed_memories
 from .core.text import indexed_tokens, normalize, tokenize
 from .core.types import CandidateRecord, MemoryRecord, ProcessedQuery, Route, SourceHit, StoreResult
+from .db import load_sql, sql_dir
 from .db.embedded import start as start_embedded_server
 from .db.embedded import stop as stop_embedded_server
 from .errors import ConfigError, ExtensionMissing, InputError, MemoriaError, PoolTimeout, SchemaError, ServerError
@@ -19,13 +20,46 @@ from .ranking import RankingPipeline, RankingStage, RankingWeights
 from .system import MemorySystem
 
 __all__ = [
-    "Config", "DEFAULT_MEMORY_TYPES", "MemorySystem", "MemoryRecord", "QueryResponse", "StoreResult",
-    "CandidateRecord", "ProcessedQuery", "Route", "SourceHit", "Diagnostics",
-    "QueryPipeline", "QueryRequest", "Retrieval", "CompletionPolicy", "SchedulerResult",
-    "Worker", "WorkerContext", "WorkerRegistry", "DEFAULT_WORKERS",
-    "RankingPipeline", "RankingStage", "RankingWeights",
-    "Embedder", "HashEmbedder", "SentenceTransformerEmbedder", "embed_memories",
-    "normalize", "tokenize", "indexed_tokens", "start_embedded_server", "stop_embedded_server",
-    "MemoriaError", "ConfigError", "InputError", "ServerError", "ExtensionMissing", "SchemaError", "PoolTimeout",
+    "DEFAULT_MEMORY_TYPES",
+    "DEFAULT_WORKERS",
+    "CandidateRecord",
+    "CompletionPolicy",
+    "Config",
+    "ConfigError",
+    "Diagnostics",
+    "Embedder",
+    "ExtensionMissing",
+    "HashEmbedder",
+    "InputError",
+    "MemoriaError",
+    "MemoryRecord",
+    "MemorySystem",
+    "PoolTimeout",
+    "ProcessedQuery",
+    "QueryPipeline",
+    "QueryRequest",
+    "QueryResponse",
+    "RankingPipeline",
+    "RankingStage",
+    "RankingWeights",
+    "Retrieval",
+    "Route",
+    "SchedulerResult",
+    "SchemaError",
+    "SentenceTransformerEmbedder",
+    "ServerError",
+    "SourceHit",
+    "StoreResult",
+    "Worker",
+    "WorkerContext",
+    "WorkerRegistry",
+    "embed_memories",
+    "indexed_tokens",
+    "normalize",
+    "start_embedded_server",
+    "load_sql",
+    "sql_dir",
+    "stop_embedded_server",
+    "tokenize",
 ]
 __version__ = "0.1.0"

@@ -6,26 +6,35 @@ import collections
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 import psycopg
 
+from .config import Config, default_data_dir
 from .db import embedded as server
 from .db import migrate
-from .config import Config, default_data_dir
 from .errors import MemoriaError
+
+if TYPE_CHECKING:
+    from .query import QueryResponse
+    from .system import MemorySystem
 
 
 class _Cli(click.Group):
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except MemoriaError as exc:
             raise click.ClickException(str(exc)) from exc
         # Commands that talk to the server directly (db, types, doctor) meet psycopg's errors here.
-        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction,
-                psycopg.errors.InvalidSchemaName) as exc:
+        except (
+            psycopg.errors.UndefinedTable,
+            psycopg.errors.UndefinedFunction,
+            psycopg.errors.InvalidSchemaName,
+        ) as exc:
             raise click.ClickException(
                 f"the memoria schema is not installed in this database ({exc}): run `memoria-pg db upgrade`"
             ) from exc
@@ -35,8 +44,12 @@ class _Cli(click.Group):
 
 @click.group(cls=_Cli)
 @click.option("--dsn", envvar="MEMORIA_DSN", help="PostgreSQL DSN; without one, the embedded server is used.")
-@click.option("--data-dir", envvar="MEMORIA_DATA_DIR", type=click.Path(file_okay=False),
-              help="Data directory of the embedded server.")
+@click.option(
+    "--data-dir",
+    envvar="MEMORIA_DATA_DIR",
+    type=click.Path(file_okay=False),
+    help="Data directory of the embedded server.",
+)
 @click.pass_context
 def cli(ctx: click.Context, dsn: str | None, data_dir: str | None) -> None:
     """Long-term memory for AI agents inside PostgreSQL (the Memoria V4 retrieval path)."""
@@ -44,7 +57,8 @@ def cli(ctx: click.Context, dsn: str | None, data_dir: str | None) -> None:
 
 
 def _config(ctx: click.Context) -> Config:
-    return ctx.find_root().obj
+    cfg: Config = ctx.find_root().obj
+    return cfg
 
 
 def _dsn(cfg: Config) -> str:
@@ -58,10 +72,10 @@ def _data_dir(cfg: Config) -> Path:
     return Path(cfg.data_dir) if cfg.data_dir else default_data_dir()
 
 
-def _system(cfg: Config, **kw):
+def _system(cfg: Config, auto_migrate: bool | None = None) -> MemorySystem:
     from .system import MemorySystem
 
-    return MemorySystem(cfg, **kw)
+    return MemorySystem(cfg, auto_migrate=auto_migrate)
 
 
 @cli.command("config")
@@ -70,8 +84,8 @@ def _system(cfg: Config, **kw):
 def config_cmd(ctx: click.Context, as_json: bool) -> None:
     """Print the effective settings (defaults overridden by MEMORIA_* variables and options)."""
     values = _config(ctx).as_dict()
-    if values.get("dsn"):
-        values["dsn"] = _redact(values["dsn"])
+    if isinstance(values.get("dsn"), str):
+        values["dsn"] = _redact(str(values["dsn"]))
     if as_json:
         click.echo(json.dumps(values, indent=2, default=list))
         return
@@ -132,7 +146,9 @@ def doctor(ctx: click.Context) -> None:
     click.echo(f"server:        PostgreSQL {caps.server_version} ({'DSN' if cfg.dsn else 'embedded'})")
     click.echo(f"pgvector:      {caps.vector or ('available, not created' if caps.vector_available else 'MISSING')}")
     click.echo(f"pg_trgm:       {'yes' if caps.pg_trgm else 'MISSING'}")
-    click.echo(f"Apache AGE:    {caps.age or ('available' if caps.age_available else 'not installed (graph worker uses SQL)')}")
+    click.echo(
+        f"Apache AGE:    {caps.age or ('available' if caps.age_available else 'not installed (graph worker uses SQL)')}"
+    )
     click.echo(f"graph backend: {caps.graph_backend}")
     click.echo(f"schema:        {migrate.current(dsn) or 'not installed (run: memoria-pg db upgrade)'}")
     if not caps.vector_available:
@@ -214,10 +230,19 @@ def types_list(ctx: click.Context) -> None:
 @click.option("--tenant", help="Tenant for records that name none.")
 @click.option("--memory-type", help="Memory type for records that name none.")
 @click.option("--batch-size", type=int, help="Records per transaction (default MEMORIA_INGEST_BATCH_SIZE).")
-@click.option("--migrate/--no-migrate", default=None, help="Upgrade the schema first (default: only on the embedded server).")
+@click.option(
+    "--migrate/--no-migrate", default=None, help="Upgrade the schema first (default: only on the embedded server)."
+)
 @click.pass_context
-def ingest(ctx: click.Context, file: Path, fmt: str | None, tenant: str | None, memory_type: str | None,
-           batch_size: int | None, migrate: bool | None) -> None:
+def ingest(
+    ctx: click.Context,
+    file: Path,
+    fmt: str | None,
+    tenant: str | None,
+    memory_type: str | None,
+    batch_size: int | None,
+    migrate: bool | None,
+) -> None:
     """Store the memories of a JSONL or CSV FILE.
 
     Fields: content (required), memory_type, tenant, metadata (object), importance (0..1),
@@ -230,7 +255,9 @@ def ingest(ctx: click.Context, file: Path, fmt: str | None, tenant: str | None, 
     from .ingest.files import read_records
 
     cfg = _config(ctx)
-    overrides = {k: v for k, v in (("default_tenant", tenant), ("default_memory_type", memory_type)) if v}
+    overrides: dict[str, object] = {
+        k: v for k, v in (("default_tenant", tenant), ("default_memory_type", memory_type)) if v
+    }
     if memory_type and memory_type not in cfg.memory_types:
         overrides["memory_types"] = (*cfg.memory_types, memory_type)
     cfg = cfg.replace(**overrides)
@@ -240,21 +267,24 @@ def ingest(ctx: click.Context, file: Path, fmt: str | None, tenant: str | None, 
         pairs = iter(records)
         wheres: collections.deque[str] = collections.deque()
 
-        def body():
+        def body() -> Iterator[dict[str, Any]]:
             for where, record in pairs:
                 wheres.append(where)
                 yield record
 
         with tqdm(desc="ingest", unit="mem", file=sys.stderr, disable=None) as bar:
-            result = system.store_many(body(), batch_size=batch_size, progress=bar.update,
-                                       wheres=_lazy(wheres), return_ids=False)
+            result = system.store_many(
+                body(), batch_size=batch_size, progress=bar.update, wheres=_lazy(wheres), return_ids=False
+            )
     elapsed = time.perf_counter() - t0
     total = result.inserted + result.duplicates
-    click.echo(f"stored {result.inserted} memories ({result.duplicates} duplicates skipped) from {total} "
-               f"records in {elapsed:.1f}s: {total / elapsed if elapsed else 0:,.0f} records/s")
+    click.echo(
+        f"stored {result.inserted} memories ({result.duplicates} duplicates skipped) from {total} "
+        f"records in {elapsed:.1f}s: {total / elapsed if elapsed else 0:,.0f} records/s"
+    )
 
 
-def _lazy(items: collections.deque[str]):
+def _lazy(items: collections.deque[str]) -> Iterator[str]:
     """Each record's place in the input, in order, taken off the queue as the batches use it (kept,
     they would grow with the input); a placeholder if a record's place is not known yet."""
     i = 0
@@ -275,8 +305,19 @@ def _lazy(items: collections.deque[str]):
 @click.option("--explain", is_flag=True, help="Show the route, each worker's SQL, plan and time, and the candidates.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole response as JSON.")
 @click.pass_context
-def query(ctx: click.Context, text: str, tenant: str | None, memory_type: str | None, top_k: int | None,
-          preset: str | None, workers: str | None, no_ranking: bool, v3: bool, explain: bool, as_json: bool) -> None:
+def query(
+    ctx: click.Context,
+    text: str,
+    tenant: str | None,
+    memory_type: str | None,
+    top_k: int | None,
+    preset: str | None,
+    workers: str | None,
+    no_ranking: bool,
+    v3: bool,
+    explain: bool,
+    as_json: bool,
+) -> None:
     """Retrieve the memories that answer TEXT."""
     from .query.routing import apply_preset
 
@@ -287,8 +328,15 @@ def query(ctx: click.Context, text: str, tenant: str | None, memory_type: str | 
         ranking = ranking if ranking is not None else ranking_default
     worker_list = [w.strip() for w in workers.split(",")] if workers else None
     with _system(cfg) as system:
-        response = system.query(text, tenant=tenant, memory_type=memory_type, top_k=top_k,
-                                workers=worker_list, ranking=ranking, v4=False if v3 else None)
+        response = system.query(
+            text,
+            tenant=tenant,
+            memory_type=memory_type,
+            top_k=top_k,
+            workers=worker_list,
+            ranking=ranking,
+            v4=False if v3 else None,
+        )
         if as_json:
             click.echo(json.dumps(response.as_dict(), indent=2, default=str))
             return
@@ -298,12 +346,14 @@ def query(ctx: click.Context, text: str, tenant: str | None, memory_type: str | 
     _print_memories(response)
 
 
-def _print_memories(response) -> None:
+def _print_memories(response: QueryResponse) -> None:
     d = response.diagnostics
     for i, m in enumerate(response.memories, 1):
         click.echo(f"{i:>2}. [{m.final_score:.4f}] ({m.memory_type}, {'+'.join(m.sources)}) {m.content}")
-    click.echo(f"-- {d.returned_count} of {d.candidate_count} candidates, {d.total_ms:.1f} ms "
-               f"(route {d.route}, sources {','.join(d.completed_sources) or '-'}, {d.retrieval_finish_reason})")
+    click.echo(
+        f"-- {d.returned_count} of {d.candidate_count} candidates, {d.total_ms:.1f} ms "
+        f"(route {d.route}, sources {','.join(d.completed_sources) or '-'}, {d.retrieval_finish_reason})"
+    )
 
 
 @cli.group("graph")
@@ -344,8 +394,7 @@ def demo(ctx: click.Context) -> None:
     run_demo(_config(ctx), click.echo)
 
 
-@cli.command("eval", add_help_option=False,
-             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@cli.command("eval", add_help_option=False, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def eval_(ctx: click.Context, args: tuple[str, ...]) -> None:
@@ -357,8 +406,10 @@ def eval_(ctx: click.Context, args: tuple[str, ...]) -> None:
     except ModuleNotFoundError as exc:
         if exc.name not in ("evals", "evals.cli"):
             raise
-        raise click.ClickException("the evaluation harness is not installed: from a checkout run "
-                                   "`pip install -e ./evals` (or `python -m evals`)") from exc
+        raise click.ClickException(
+            "the evaluation harness is not installed: from a checkout run "
+            "`pip install -e ./evals` (or `python -m evals`)"
+        ) from exc
     with eval_command.make_context(ctx.info_name, list(args), parent=ctx.parent) as sub:
         eval_command.invoke(sub)
 

@@ -19,8 +19,7 @@ _IDENT = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
 def valid_identifier(value: str, what: str) -> str:
     if not _IDENT.match(value):
         raise ConfigError(
-            f"invalid {what} {value!r}: use 1-41 lower-case letters, digits or underscores, "
-            "starting with a letter"
+            f"invalid {what} {value!r}: use 1-41 lower-case letters, digits or underscores, starting with a letter"
         )
     return value
 
@@ -102,21 +101,30 @@ class Config:
             valid_identifier(name, "memory type")
         if self.default_memory_type not in self.memory_types:
             raise ConfigError(
-                f"default_memory_type {self.default_memory_type!r} is not one of memory_types "
-                f"{list(self.memory_types)}"
+                f"default_memory_type {self.default_memory_type!r} is not one of memory_types {list(self.memory_types)}"
             )
         if not 0.0 <= self.fusion_semantic_weight <= 1.0:
             raise ConfigError("fusion_semantic_weight must be between 0 and 1")
         if self.fusion_method not in FUSION_METHODS:
             raise ConfigError(f"fusion_method must be one of {list(FUSION_METHODS)}, got {self.fusion_method!r}")
-        for name in ("top_k", "ranking_candidate_limit", "retrieval_deadline_ms", "worker_limit",
-                     "embedding_dim", "pool_max_size", "ingest_batch_size", "ingest_writers",
-                     "graph_fanout", "graph_entity_memories", "phrase_candidates"):
+        for name in (
+            "top_k",
+            "ranking_candidate_limit",
+            "retrieval_deadline_ms",
+            "worker_limit",
+            "embedding_dim",
+            "pool_max_size",
+            "ingest_batch_size",
+            "ingest_writers",
+            "graph_fanout",
+            "graph_entity_memories",
+            "phrase_candidates",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
 
     @classmethod
-    def from_env(cls, environ: typing.Mapping[str, str] | None = None, **overrides: object) -> "Config":
+    def from_env(cls, environ: typing.Mapping[str, str] | None = None, **overrides: object) -> Config:
         """Defaults, then MEMORIA_* variables, then keyword overrides (None overrides are ignored)."""
         env = os.environ if environ is None else environ
         values: dict[str, object] = {}
@@ -126,10 +134,10 @@ class Config:
             if raw is not None:
                 values[f.name] = _parse(f.name, raw, hints[f.name])
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+        return cls(**values)  # type: ignore[arg-type]  # each value parsed by its field's type
 
-    def replace(self, **changes: object) -> "Config":
-        return dataclasses.replace(self, **changes)
+    def replace(self, **changes: object) -> Config:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]  # checked in __post_init__
 
     def as_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -159,9 +167,7 @@ def _parse(name: str, raw: str, hint: object) -> object:
             return tuple(part.strip() for part in raw.split(",") if part.strip())
         return raw
     except ValueError:
-        raise ConfigError(
-            f"MEMORIA_{name.upper()}={raw!r} is not a valid {getattr(hint, '__name__', hint)}"
-        ) from None
+        raise ConfigError(f"MEMORIA_{name.upper()}={raw!r} is not a valid {getattr(hint, '__name__', hint)}") from None
 
 
 def default_data_dir() -> Path:

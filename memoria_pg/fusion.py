@@ -19,8 +19,12 @@ from typing import TypeVar
 K = TypeVar("K", bound=Hashable)
 
 
-def rrf(ranked_lists: Mapping[str, Sequence[int]], k: int = 60, weights: Mapping[str, float] | None = None,
-        depth: int | None = None) -> list[tuple[int, float]]:
+def rrf(
+    ranked_lists: Mapping[str, Sequence[int]],
+    k: int = 60,
+    weights: Mapping[str, float] | None = None,
+    depth: int | None = None,
+) -> list[tuple[int, float]]:
     """(id, score) by descending sum of weight / (k + rank), rank from 1; ties by best rank, then id.
 
     A source missing from `weights` weighs 1. An id repeated within one list counts at its first rank.
@@ -59,8 +63,11 @@ def min_max_normalize(scores: Mapping[K, float], lower_is_better: bool = False) 
     return {key: (value - lo) / span for key, value in scores.items()}
 
 
-def score_fusion(scores: Mapping[str, Mapping[int, float]], weights: Mapping[str, float] | None = None,
-                 lower_is_better: Sequence[str] = ()) -> list[tuple[int, float]]:
+def score_fusion(
+    scores: Mapping[str, Mapping[int, float]],
+    weights: Mapping[str, float] | None = None,
+    lower_is_better: Sequence[str] = (),
+) -> list[tuple[int, float]]:
     """(id, score) by descending weighted sum of per-source min-max normalized scores.
 
     An id a source did not return gets 0 from it. `lower_is_better` names distance-like sources.

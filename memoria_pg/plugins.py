@@ -12,8 +12,8 @@ from importlib import metadata
 from typing import TypeVar
 
 from .errors import ConfigError
-from .ranking import SignalPlugin
 from .query.routing import PostRoutingHook, PreRoutingHook
+from .ranking import SignalPlugin
 
 ENTRY_POINT_GROUP = "memoria_pg.plugins"
 T = TypeVar("T")

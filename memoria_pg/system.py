@@ -39,14 +39,26 @@ class MemorySystem:
     from the configuration), `worker_registry` (the retrieval sources; default DEFAULT_WORKERS).
     """
 
-    def __init__(self, config: Config | None = None, *, embedder: Embedder | None = None,
-                 auto_migrate: bool | None = None, ranking: RankingStage | Literal[False] | None = None,
-                 plugins: PluginRegistry | None = None, worker_registry: WorkerRegistry | None = None) -> None:
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        embedder: Embedder | None = None,
+        auto_migrate: bool | None = None,
+        ranking: RankingStage | Literal[False] | None = None,
+        plugins: PluginRegistry | None = None,
+        worker_registry: WorkerRegistry | None = None,
+    ) -> None:
         self.config = cfg = config or Config.from_env()
         self.dsn = self._start_server(cfg, auto_migrate)
-        self.db = Database(self.dsn, min_size=cfg.pool_min_size, max_size=cfg.pool_max_size,
-                           timeout=cfg.pool_timeout, statement_timeout_ms=cfg.statement_timeout_ms,
-                           ef_search=cfg.hnsw_ef_search)
+        self.db = Database(
+            self.dsn,
+            min_size=cfg.pool_min_size,
+            max_size=cfg.pool_max_size,
+            timeout=cfg.pool_timeout,
+            statement_timeout_ms=cfg.statement_timeout_ms,
+            ef_search=cfg.hnsw_ef_search,
+        )
         self.memory_types = self._load_memory_types()
         self.plugins = plugins if plugins is not None else _load_plugins(cfg)
         self.worker_registry = worker_registry or DEFAULT_WORKERS
@@ -67,8 +79,12 @@ class MemorySystem:
 
     def _query_pipeline(self, ranking: RankingStage | Literal[False] | None) -> QueryPipeline:
         cfg = self.config
-        router = Router(workers_to_use=cfg.workers_to_use, pre_hooks=tuple(self.plugins.pre_routing),
-                        post_hooks=tuple(self.plugins.post_routing), registry=self.worker_registry)
+        router = Router(
+            workers_to_use=cfg.workers_to_use,
+            pre_hooks=tuple(self.plugins.pre_routing),
+            post_hooks=tuple(self.plugins.post_routing),
+            registry=self.worker_registry,
+        )
         if ranking is None:
             ranking = RankingPipeline(signal_plugins=tuple(self.plugins.ranking_signals))
         expander = None
@@ -78,25 +94,39 @@ class MemorySystem:
             expander = LexiconExpander()
 
         def processor(memory_types: Sequence[str], lookup: EntityLookup) -> QueryProcessor:
-            return QueryProcessor(memory_types, entity_lookup=lookup, max_chars=cfg.max_query_chars,
-                                  expander=expander)
+            return QueryProcessor(memory_types, entity_lookup=lookup, max_chars=cfg.max_query_chars, expander=expander)
 
-        return QueryPipeline(db=self.db, config=cfg, memory_types=self.memory_types, processor_factory=processor,
-                             embedder=self.query_embedder, router=router, scheduler=self.scheduler,
-                             registry=self.worker_registry, ranking=ranking or None, graph_backend=self.graph_backend)
+        return QueryPipeline(
+            db=self.db,
+            config=cfg,
+            memory_types=self.memory_types,
+            processor_factory=processor,
+            embedder=self.query_embedder,
+            router=router,
+            scheduler=self.scheduler,
+            registry=self.worker_registry,
+            ranking=ranking or None,
+            graph_backend=self.graph_backend,
+        )
 
     def _ingestor(self) -> Ingestor:
         cfg = self.config
-        rules = RecordRules(memory_types=self.memory_types, default_type=cfg.default_memory_type,
-                            default_tenant=cfg.default_tenant, dim=cfg.embedding_dim, max_chars=cfg.max_content_chars)
+        rules = RecordRules(
+            memory_types=self.memory_types,
+            default_type=cfg.default_memory_type,
+            default_tenant=cfg.default_tenant,
+            dim=cfg.embedding_dim,
+            max_chars=cfg.max_content_chars,
+        )
         # Keep the AGE mirror in sync whenever it exists, even if the graph worker does not use it.
         graph_writer = None
         if self.db.capabilities.age:
             from .db.graph_age import sync_batch
 
             graph_writer = sync_batch
-        return Ingestor(self.db, embedder=self._embedder, rules=rules, k1=cfg.bm25_k1, b=cfg.bm25_b,
-                        graph_writer=graph_writer)
+        return Ingestor(
+            self.db, embedder=self._embedder, rules=rules, k1=cfg.bm25_k1, b=cfg.bm25_b, graph_writer=graph_writer
+        )
 
     # -- lifecycle -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -136,9 +166,16 @@ class MemorySystem:
         # One record: written in this thread (store_many would start writer threads for it).
         return self.ingestor.store_batch([MemoryRecord(content=content, **fields)]).ids[0]
 
-    def store_many(self, records: Records, *, batch_size: int | None = None,
-                   progress: Callable[[int], None] | None = None, wheres: Iterable[str] | None = None,
-                   writers: int | None = None, return_ids: bool = True) -> StoreResult:
+    def store_many(
+        self,
+        records: Records,
+        *,
+        batch_size: int | None = None,
+        progress: Callable[[int], None] | None = None,
+        wheres: Iterable[str] | None = None,
+        writers: int | None = None,
+        return_ids: bool = True,
+    ) -> StoreResult:
         """Store records in batches; each batch is all-or-nothing. Embeds records without vectors.
 
         `return_ids=False` leaves StoreResult.ids empty (the counts stay): memory then stays flat
@@ -149,22 +186,37 @@ class MemorySystem:
         size = batch_size or self.config.ingest_batch_size
         # Never more writers than pooled connections: a writer waiting for one could time out.
         writers = min(writers or self.config.ingest_writers, self.config.pool_max_size)
-        return self.ingestor.store_batches(_placed(records, size, wheres), writers=writers, progress=progress,
-                                           return_ids=return_ids)
+        return self.ingestor.store_batches(
+            _placed(records, size, wheres), writers=writers, progress=progress, return_ids=return_ids
+        )
 
     # -- queries ---------------------------------------------------------------------------------
-    def query(self, text: str, *, tenant: str | None = None, memory_type: str | None = None,
-              top_k: int | None = None, embedding: Sequence[float] | np.ndarray | None = None,
-              workers: Sequence[str] | None = None, ranking: bool | None = None,
-              v4: bool | None = None, trace: bool | None = None) -> QueryResponse:
+    def query(
+        self,
+        text: str,
+        *,
+        tenant: str | None = None,
+        memory_type: str | None = None,
+        top_k: int | None = None,
+        embedding: Sequence[float] | np.ndarray | None = None,
+        workers: Sequence[str] | None = None,
+        ranking: bool | None = None,
+        v4: bool | None = None,
+        trace: bool | None = None,
+    ) -> QueryResponse:
         """Retrieve memories for `text` through the V4 path (or V3 when disabled)."""
         cfg = self.config
         request = QueryRequest(
-            text=text, tenant=tenant or cfg.default_tenant, memory_type=memory_type,
-            top_k=cfg.top_k if top_k is None else validation.top_k(top_k), embedding=embedding,
+            text=text,
+            tenant=tenant or cfg.default_tenant,
+            memory_type=memory_type,
+            top_k=cfg.top_k if top_k is None else validation.top_k(top_k),
+            embedding=embedding,
             workers=validation.requested_workers(workers, self.worker_registry.names) or None,
             ranking=cfg.enable_ranking if ranking is None else ranking,
-            v4=cfg.enable_v4 if v4 is None else v4, trace=cfg.enable_tracing if trace is None else trace)
+            v4=cfg.enable_v4 if v4 is None else v4,
+            trace=cfg.enable_tracing if trace is None else trace,
+        )
         return self.pipeline.run(request)
 
     def explain(self, response: QueryResponse) -> str:
@@ -177,8 +229,9 @@ class MemorySystem:
         """Forget which of the tenant's memories were returned and how often (the ranking's access
         signal); returns the number of memories whose statistics were removed."""
         with self.db.transaction(validation.tenant(tenant)) as conn:
-            return conn.execute("DELETE FROM memoria.memory_access "
-                                "WHERE tenant = current_setting('memoria.tenant')").rowcount
+            return conn.execute(
+                "DELETE FROM memoria.memory_access WHERE tenant = current_setting('memoria.tenant')"
+            ).rowcount
 
 
 def _placed(records: Records, size: int, wheres: Iterable[str] | None) -> Iterator[tuple[list[Any], list[str]]]:

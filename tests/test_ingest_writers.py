@@ -141,7 +141,7 @@ def test_a_failed_write_is_raised_and_its_batch_written_not_at_all(system, dsn):
 
 
 def test_late_memories_leave_what_the_same_batch_leaves_in_key_order(config, admin_dsn, template_dsn):
-    """_write with some memories marked late (inserted after the others) stores exactly what the
+    """write with some memories marked late (inserted after the others) stores exactly what the
     plain write stores: memories, postings, statistics, entities, edges, attributes and ids."""
     from tests.conftest import TEMPLATE, create_database, drop_database
 
@@ -152,7 +152,7 @@ def test_late_memories_leave_what_the_same_batch_leaves_in_key_order(config, adm
         try:
             with MemorySystem(config.replace(dsn=dsn), embedder=HashEmbedder()) as system:
                 system.store_many(data[:20], batch_size=20)  # some of the batch is already stored
-                results[bool(late)] = system.ingestor._write(system.ingestor.prepare_batch(data[10:]), late)
+                results[bool(late)] = system.ingestor.write(system.ingestor.prepare_batch(data[10:]), late)
                 with psycopg.connect(dsn) as conn:
                     stored = {r[0]: r[1:] for r in conn.execute("SELECT id, tenant, memory_type, content "
                                                                  "FROM memoria.memories")}
@@ -194,7 +194,7 @@ def test_a_memory_whose_key_a_batch_in_flight_inserts_is_written_late(system, ds
     """store_batches marks the memories of a batch whose key a batch still being written also
     inserts; the first batch is held until the second is submitted, so it is surely in flight."""
     ingestor = system.ingestor
-    write = ingestor._write
+    write = ingestor.write
     second_submitted = threading.Event()
     lates: list[set[int]] = []
 
@@ -206,7 +206,7 @@ def test_a_memory_whose_key_a_batch_in_flight_inserts_is_written_late(system, ds
             second_submitted.set()
         return write(prepared, late)
 
-    ingestor._write = gated
+    ingestor.write = gated
     first = [{"content": f"first batch note {i}", "tenant": "t"} for i in range(4)]
     second = [{"content": "a new note", "tenant": "t"}, dict(first[2]), {"content": "first batch note 1",
                                                                       "tenant": "u"}, dict(first[0])]
@@ -231,13 +231,13 @@ def test_a_deadlock_of_late_memories_is_retried_in_key_order(system, dsn):
 
     ingestor._write_batch = deadlock_first
     prepared = ingestor.prepare_batch([{"content": f"note {i}", "tenant": "t"} for i in range(5)])
-    result = ingestor._write(prepared, {1, 2})
+    result = ingestor.write(prepared, {1, 2})
     assert calls == [{1, 2}, set()]
     assert result.inserted == 5 and counts_of(dsn) == (5, 5)
     # Without late memories the batch took its locks in key order: a deadlock is not retried.
     calls.clear()
     with pytest.raises(psycopg.errors.DeadlockDetected):
-        ingestor._write(ingestor.prepare_batch([{"content": "another note", "tenant": "t"}]))
+        ingestor.write(ingestor.prepare_batch([{"content": "another note", "tenant": "t"}]))
     assert calls == [set()]
 
 

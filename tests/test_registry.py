@@ -8,14 +8,14 @@ up from what it declares.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from memoria_pg import DEFAULT_WORKERS, Config, ConfigError, MemorySystem, Worker, WorkerRegistry
 from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.core.types import ProcessedQuery, Route, Shard
-from memoria_pg.query.workers import WorkerContext
+from memoria_pg.query.workers import FusionWeights, WorkerContext
 
 # Memories containing the query's first token; the shortest first (a "distance": lower is better).
 TOY_SQL = """
@@ -34,7 +34,7 @@ class ToyWorker(Worker):
     sql_name = "toy"  # its statement comes from sql() below instead of sql/toy.sql
     score_name = "toy_length"
     lower_is_better = True
-    weights: ClassVar[dict[str, float]] = {"score": 2.0, "rrf": 2.0}
+    weights = FusionWeights(score=2.0, rrf=2.0)
 
     @classmethod
     def ready(cls, query: ProcessedQuery, route: Route, config: Config) -> bool:
@@ -51,9 +51,13 @@ class ToyWorker(Worker):
 def toy_system(config: Config):
     registry = DEFAULT_WORKERS.replace(ToyWorker)
     with MemorySystem(config, embedder=HashEmbedder(), worker_registry=registry) as system:
-        system.store_many([{"content": "zebra", "tenant": "t"},
-                           {"content": "a zebra crossing near the old harbour bridge", "tenant": "t"},
-                           {"content": "the harbour at night", "tenant": "t"}])
+        system.store_many(
+            [
+                {"content": "zebra", "tenant": "t"},
+                {"content": "a zebra crossing near the old harbour bridge", "tenant": "t"},
+                {"content": "the harbour at night", "tenant": "t"},
+            ]
+        )
         yield system
 
 
@@ -78,8 +82,11 @@ def test_the_registry_decides_preconditions_routes_and_settings(toy_system: Memo
     assert skipped.diagnostics.submitted_sources == ["vector"]  # the toy's own precondition
     routed = toy_system.query("zebra", tenant="t")
     assert "toy" not in routed.diagnostics.submitted_sources  # in no route unless asked for
-    with MemorySystem(config.replace(workers_to_use=("vector", "toy")), embedder=HashEmbedder(),
-                      worker_registry=DEFAULT_WORKERS.replace(ToyWorker)) as system:
+    with MemorySystem(
+        config.replace(workers_to_use=("vector", "toy")),
+        embedder=HashEmbedder(),
+        worker_registry=DEFAULT_WORKERS.replace(ToyWorker),
+    ) as system:
         assert system.query("zebra", tenant="t").diagnostics.submitted_sources == ["vector", "toy"]
     with pytest.raises(ConfigError, match=r"workers_to_use: unknown workers \['toy'\]"):
         MemorySystem(config.replace(workers_to_use=("vector", "toy")), embedder=HashEmbedder())
@@ -95,16 +102,23 @@ def test_a_source_that_does_not_declare_itself_is_refused_where_it_is_registered
 
     class OneMethod(ToyWorker):
         name = "one_method"
-        weights: ClassVar[dict[str, float]] = {"score": 1.0}
+        weights = {"score": 1.0}  # type: ignore[assignment]
 
-    with pytest.raises(ConfigError, match=r"no weight for fusion methods \['rrf'\]"):
+    with pytest.raises(ConfigError, match=r"weights must be a FusionWeights \(one weight per fusion method"):
         DEFAULT_WORKERS.replace(OneMethod)
 
 
 def test_the_default_registry_declares_every_table_the_final_cte_reads():
     assert DEFAULT_WORKERS.names == ("vector", "bm25", "graph", "phrase", "attribute", "fusion")
-    assert DEFAULT_WORKERS.weights("score") == {"vector": 0.5, "bm25": 0.5, "graph": 0.0, "phrase": 0.0,
-                                                "attribute": 0.3, "fusion": 0.5, "relevance": 0.15}
+    assert DEFAULT_WORKERS.weights("score") == {
+        "vector": 0.5,
+        "bm25": 0.5,
+        "graph": 0.0,
+        "phrase": 0.0,
+        "attribute": 0.3,
+        "fusion": 0.5,
+        "relevance": 0.15,
+    }
     assert set(DEFAULT_WORKERS.lower_is_better()) == {"vector", "graph", "attribute", "relevance"}
     assert DEFAULT_WORKERS.score_names()["graph"] == "graph_hops"
     with pytest.raises(ValueError, match="fusion method"):

@@ -54,8 +54,10 @@ class LazyEmbedder:
                 self._inner = self._source()
             if not self._checked:
                 if self._inner.dim != self.dim:
-                    raise InputError(f"the embedder makes {self._inner.dim}-dimensional vectors but the schema "
-                                     f"stores {self.dim}; use a {self.dim}-dimensional model")
+                    raise InputError(
+                        f"the embedder makes {self._inner.dim}-dimensional vectors but the schema "
+                        f"stores {self.dim}; use a {self.dim}-dimensional model"
+                    )
                 self._checked = True
             return self._inner
 
@@ -82,7 +84,7 @@ class SentenceTransformerEmbedder:
             raise ConfigError(f"embedding model path {path!r} is not a directory: give a local model folder")
         self.model = SentenceTransformer(path, device=device, local_files_only=True)
         dim_of = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
-        self.dim = int(dim_of())
+        self.dim = int(dim_of() or 0)
         self.batch_size = batch_size
         self.name = os.path.basename(os.path.normpath(path))
         self._lock = threading.Lock()  # torch modules are not safe to call from several threads
@@ -97,9 +99,13 @@ class SentenceTransformerEmbedder:
             if len(texts) == 1 and threads > 1:
                 torch.set_num_threads(1)
             try:
-                vectors = self.model.encode(list(texts), batch_size=self.batch_size,
-                                            normalize_embeddings=True, convert_to_numpy=True,
-                                            show_progress_bar=False)
+                vectors = self.model.encode(
+                    list(texts),
+                    batch_size=self.batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
             finally:
                 if torch.get_num_threads() != threads:
                     torch.set_num_threads(threads)
@@ -128,7 +134,7 @@ def embed_memories(embedder: Embedder, contents: Sequence[str], contexts: Sequen
     if not texts:
         return np.zeros((0, embedder.dim), dtype=np.float32)
     vectors = np.asarray(embedder.embed(texts), dtype=np.float32)
-    out = vectors[:len(contents)].copy()
+    out = vectors[: len(contents)].copy()
     for row, i in enumerate(with_context, start=len(contents)):
         combined = out[i] + CONTEXT_WEIGHT * vectors[row]
         norm = float(np.linalg.norm(combined))
@@ -141,8 +147,8 @@ def _quiet_transformers() -> None:
     try:
         from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     except ImportError:
         pass
 
@@ -199,12 +205,12 @@ class CachedQueryEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         with self._lock:
-            vector = self._cache.get(text)
-            if vector is not None:
+            cached = self._cache.get(text)
+            if cached is not None:
                 self._cache.move_to_end(text)
                 self.hits += 1
-                return vector
-        vector = self.inner.embed([text])[0]
+                return cached
+        vector: np.ndarray = self.inner.embed([text])[0]
         with self._lock:
             self.misses += 1
             self._cache[text] = vector

@@ -28,15 +28,19 @@ WORD = re.compile(r"[^\W\d_][\w\-]*(?:['’](?!s\b)[\w\-]+)*")
 _KEY_WORD = re.compile(r"\w+(?:['&.\-]\w+)*")
 
 # Capitalized only because they start a sentence (or a question), never names there.
-STARTERS = frozenset("""a an the i i'm i've i'd i'll my me we our you your he she it they his her its
+STARTERS = frozenset(
+    """a an the i i'm i've i'd i'll my me we our you your he she it they his her its
 their this that these those what when where which who whom whose why how is are was were do does did
 can could should would will shall might must have has had if then so and but or also yes no ok okay
 hey hi hello oh well please thanks thank sure tell show find list give remind remember let lets
 today yesterday tomorrow tonight last next every after before during since until while there here
-mr mrs ms dr prof sir""".split())
+mr mrs ms dr prof sir""".split()
+)
 # Never a name on their own, wherever they stand: dates make huge graph hubs and carry no identity.
-NEVER_NAMES = frozenset("""i monday tuesday wednesday thursday friday saturday sunday january
-february march april may june july august september october november december""".split())
+NEVER_NAMES = frozenset(
+    """i monday tuesday wednesday thursday friday saturday sunday january
+february march april may june july august september october november december""".split()
+)
 TITLES = frozenset({"mr", "mrs", "ms", "dr", "prof", "sir"})
 CONNECTORS = frozenset({"of", "de", "da", "del", "der", "van", "von", "la", "le", "du", "di", "bin"})
 FIRST_PERSON = frozenset({"i", "me", "my", "mine"})
@@ -75,9 +79,10 @@ def _capitalized(text: str) -> list[tuple[int, str]]:
                 _close(run, text, names)
                 run = []
             continue
-        gap = text[words[i - 1].end():m.start()] if i else text[:m.start()]
-        initial = i == 0 or (bool(_SENTENCE_GAP.search(gap))
-                             and not (words[i - 1].group().casefold() in TITLES and gap.strip() == "."))
+        gap = text[words[i - 1].end() : m.start()] if i else text[: m.start()]
+        initial = i == 0 or (
+            bool(_SENTENCE_GAP.search(gap)) and not (words[i - 1].group().casefold() in TITLES and gap.strip() == ".")
+        )
         joined = bool(run) and not initial and gap in (" ", "\t")
         capital = word[0].isupper() and key not in NEVER_NAMES and key not in TITLES
         if capital and not (initial and key in STARTERS):
@@ -95,13 +100,14 @@ def _capitalized(text: str) -> list[tuple[int, str]]:
 
 
 def _next_capital(words: list[re.Match[str]], i: int, text: str) -> bool:
-    return (i + 1 < len(words) and words[i + 1].group()[0].isupper()
-            and text[words[i].end():words[i + 1].start()] == " ")
+    return (
+        i + 1 < len(words) and words[i + 1].group()[0].isupper() and text[words[i].end() : words[i + 1].start()] == " "
+    )
 
 
 def _close(run: list[re.Match[str]], text: str, names: list[tuple[int, str]]) -> None:
     if run and len(run) <= MAX_NAME_WORDS:
-        names.append((run[0].start(), text[run[0].start():run[-1].end()]))
+        names.append((run[0].start(), text[run[0].start() : run[-1].end()]))
 
 
 def entity_key(name: str) -> str:
@@ -125,7 +131,7 @@ def known_mentions(text: str, known: Iterable[str]) -> list[tuple[int, str]]:
     i = 0
     while i < len(words):
         for n in range(min(longest, len(words) - i), 0, -1):
-            match = by_key.get(" ".join(w for _, w in words[i:i + n]))
+            match = by_key.get(" ".join(w for _, w in words[i : i + n]))
             if match is not None:
                 found.append((words[i][0], match))
                 i += n
@@ -139,8 +145,11 @@ def extract_entities(text: str, known: Iterable[str] = ()) -> list[str]:
     """Known names, quoted names and capitalized names in text order, deduplicated by entity_key."""
     known = list(known)
     spelling = {entity_key(k): k for k in reversed(known)}
-    quoted = [(text.find(q), q) for q in quoted_spans(text)
-              if _first_letter_upper(q) and len(q.split()) <= MAX_NAME_WORDS and len(q) <= 80]
+    quoted = [
+        (text.find(q), q)
+        for q in quoted_spans(text)
+        if _first_letter_upper(q) and len(q.split()) <= MAX_NAME_WORDS and len(q) <= 80
+    ]
     found = known_mentions(text, known) + quoted + _capitalized(text)
     found.sort(key=lambda item: item[0])  # stable: a known spelling beats a rule at one position
     result: dict[str, str] = {}
@@ -166,19 +175,26 @@ class RuleBasedExtractor:
 
 # --- attributes -----------------------------------------------------------------------------------
 
-SPELLING = {"favorite": "favourite", "fave": "favourite", "fav": "favourite", "color": "colour",
-            "colors": "colours", "flavor": "flavour", "neighbor": "neighbour", "puppy": "dog",
-            "kitten": "cat"}
+SPELLING = {
+    "favorite": "favourite",
+    "fave": "favourite",
+    "fav": "favourite",
+    "color": "colour",
+    "colors": "colours",
+    "flavor": "flavour",
+    "neighbor": "neighbour",
+    "puppy": "dog",
+    "kitten": "cat",
+}
 # canonical -> "single words|multi-word phrase|..." that mean it, on either side of the path.
 _SYNONYM_GROUPS = {
-    "location": "live lives lived living reside resides residence location located based home "
-                "address|lives in|live in",
+    "location": "live lives lived living reside resides residence location located based home address|lives in|live in",
     "hometown": "from hometown origin|home town|come from|comes from",
     "birthplace": "birthplace|born in|place of birth",
     "birthday": "birthday bday born dob|birth date|date of birth|born on",
     "age": "age old|how old",
     "employer": "employer company workplace work works working|works at|work at|works for|"
-                "work for|worked at|worked for",
+    "work for|worked at|worked for",
     "occupation": "occupation job profession career|works as|work as|line of work|do for a living",
     "spouse": "spouse wife husband married|married to",
     "manager": "manager boss supervisor",
@@ -195,8 +211,9 @@ ATTRIBUTE_SYNONYMS = {
 
 def canonical_attribute(phrase: str) -> str:
     """Lower-cased, spelling-unified attribute name: "Favorite Color" -> "favourite colour"."""
-    words = [w[:-2] if w.endswith("'s") else w
-             for w in re.findall(r"[^\W\d_]+(?:'s)?", phrase.casefold().replace("’", "'"))]
+    words = [
+        w[:-2] if w.endswith("'s") else w for w in re.findall(r"[^\W\d_]+(?:'s)?", phrase.casefold().replace("’", "'"))
+    ]
     words = [SPELLING.get(w, w) for w in words]
     while words and words[0] in ("the", "a", "an", "my", "his", "her", "their"):
         words = words[1:]
@@ -209,22 +226,25 @@ ATTR = r"(?P<attribute>[^\W\d_A-Z]+(?:['’]s)?(?:[ \t][^\W\d_A-Z]+(?:['’]s)?)
 SUBJ = rf"(?<![\w'’])(?P<subject>{NAME}|I)"
 POSS = rf"(?<![\w'’])(?P<subject>{NAME}['’]s|[Mm]y)"
 BE = r"(?:[ \t]+(?:is|am|are|was|were)|['’]m)"
-_VALUE_END = (r"(?=[ \t]*(?:[.;!?\n\"“”]|,(?![ \t]*\d)|$)|[ \t](?:and|but|because|since|who|which|when|"
-              r"while|where|so|then|until|after|before|for|with|now|if|though|although|I|we|he|she|"
-              r"they|you)\b)")
+_VALUE_END = (
+    r"(?=[ \t]*(?:[.;!?\n\"“”]|,(?![ \t]*\d)|$)|[ \t](?:and|but|because|since|who|which|when|"
+    r"while|where|so|then|until|after|before|for|with|now|if|though|although|I|we|he|she|"
+    r"they|you)\b)"
+)
 VALUE = rf"(?P<value>[^.;!?\n\"“”]+?){_VALUE_END}"
 
 # (pattern, attribute): an attribute of None takes the pattern's `attribute` group; "{attribute}"
 # is formatted from it. Earlier patterns win where matches overlap, so specific ones come first.
 ATTRIBUTE_PATTERNS: tuple[tuple[str, str | None], ...] = (
-    (rf"{SUBJ}[ \t]+(?:has|have|had|got)[ \t]+an?[ \t]+{PET}[ \t]+(?:named|called)[ \t]+{VALUE}",
-     "{attribute} name"),
+    (rf"{SUBJ}[ \t]+(?:has|have|had|got)[ \t]+an?[ \t]+{PET}[ \t]+(?:named|called)[ \t]+{VALUE}", "{attribute} name"),
     (rf"{POSS}[ \t]+{PET}(?:['’]s[ \t]+name)?{BE}?[ \t]+(?:named|called)[ \t]+{VALUE}", "{attribute} name"),
     (rf"{POSS}[ \t]+{PET}[ \t]+(?P<value>{NAME})(?![\w'’])", "{attribute} name"),
     (rf"{POSS}[ \t]+{ATTR}{BE}[ \t]+{VALUE}", None),
     (rf"{SUBJ}[ \t]+(?:lives?|lived|resides?)[ \t]+in[ \t]+{VALUE}", "location"),
-    (rf"{SUBJ}(?:{BE}[ \t]+(?:based|located|living)[ \t]+in|[ \t]+(?:moved|relocated)[ \t]+to)[ \t]+{VALUE}",
-     "location"),
+    (
+        rf"{SUBJ}(?:{BE}[ \t]+(?:based|located|living)[ \t]+in|[ \t]+(?:moved|relocated)[ \t]+to)[ \t]+{VALUE}",
+        "location",
+    ),
     (rf"{SUBJ}(?:[ \t]+(?:works?|worked)|{BE}[ \t]+working)[ \t]+as[ \t]+(?:an?[ \t]+)?{VALUE}", "occupation"),
     (rf"{SUBJ}(?:[ \t]+(?:works?|worked)|{BE}[ \t]+working)[ \t]+(?:at|for)[ \t]+{VALUE}", "employer"),
     (rf"{SUBJ}{BE}[ \t]+(?P<value>\d{{1,3}})(?:[ \t]+years?[ \t]+old\b|(?=[ \t]*(?:[.,;!?\n]|$)))", "age"),

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from collections.abc import Sequence
 
 import numpy as np
 

@@ -78,8 +78,9 @@ def memory_type(value: str | None, known: Collection[str], where: str | None = N
     if value is None or value in known:
         return value
     prefix = f"{where}: " if where else ""
-    raise InputError(f"{prefix}unknown memory_type {value!r}; known types: {list(known)} "
-                     "(add one with `memoria-pg types add NAME`)")
+    raise InputError(
+        f"{prefix}unknown memory_type {value!r}; known types: {list(known)} (add one with `memoria-pg types add NAME`)"
+    )
 
 
 def worker_names(names: Iterable[str], known: Collection[str], where: str) -> tuple[str, ...]:
@@ -152,7 +153,7 @@ def created_at(value: object, where: str, now: dt.datetime) -> dt.datetime:
     if not isinstance(value, dt.datetime):
         raise InputError(f"{where}: created_at must be an ISO 8601 string or datetime")
     if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
+        value = value.replace(tzinfo=dt.UTC)
     if value > now + FUTURE_TOLERANCE:
         raise InputError(f"{where}: created_at {value.isoformat()} is in the future")
     return value

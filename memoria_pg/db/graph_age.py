@@ -3,7 +3,8 @@
 The plain tables (entities, memory_entities, entity_edges) are the source of truth; the graph
 `memoria_graph` mirrors them for the graph worker (and for Cypher users with an admin role):
 
-    (:Memory {tenant, memory_id, memory_type})-[:MENTIONS {tenant}]->(:Entity {tenant, entity_id, name, norm_name, kind})
+    (:Memory {tenant, memory_id, memory_type})-[:MENTIONS {tenant}]->
+        (:Entity {tenant, entity_id, name, norm_name, kind})
     (:Entity)-[:RELATED {tenant, weight}]->(:Entity)     co-occurrence, both directions, weight as in entity_edges
 
 The library's role memoria_app has no privilege on the graph (its label tables cannot have row-level
@@ -27,16 +28,21 @@ from collections.abc import Iterator, Sequence
 import psycopg
 
 from ..errors import SchemaError
+from .database import scalar
 
 LABELS = ("Memory", "Entity", "MENTIONS", "RELATED")
-_UPGRADE = ("the AGE graph is reached through the functions of migration 0003, which this database "
-            "lacks: run `memoria-pg db upgrade`")
+_UPGRADE = (
+    "the AGE graph is reached through the functions of migration 0003, which this database "
+    "lacks: run `memoria-pg db upgrade`"
+)
 
 # The ids of the ingest batch's new memories (sql/ingest/insert_memories.sql set their memory_id; a
 # duplicate keeps NULL), read by the caller and handed over as an array: the definer function never
 # reads a table of the caller's.
-_SYNC = ("SELECT memoria.graph_sync(ARRAY(SELECT memory_id FROM stage_memories "
-         "WHERE memory_id IS NOT NULL ORDER BY memory_id))")
+_SYNC = (
+    "SELECT memoria.graph_sync(ARRAY(SELECT memory_id FROM stage_memories "
+    "WHERE memory_id IS NOT NULL ORDER BY memory_id))"
+)
 
 
 def sync_batch(conn: psycopg.Connection, tenant: str) -> None:
@@ -70,7 +76,7 @@ def graph_counts(conn: psycopg.Connection, tenant: str) -> dict[str, int]:
 
 def _counts(conn: psycopg.Connection, query: str) -> dict[str, int]:
     try:
-        rows = dict(conn.execute(query).fetchall())
+        rows: dict[str, int] = dict(conn.execute(query).fetchall())
     except psycopg.errors.UndefinedFunction as exc:
         raise SchemaError(_UPGRADE) from exc
     return {label: int(rows.get(label, 0)) for label in LABELS}
@@ -80,7 +86,7 @@ def _counts(conn: psycopg.Connection, query: str) -> dict[str, int]:
 def _as_tenant(conn: psycopg.Connection, tenant: str) -> Iterator[None]:
     """A transaction (or savepoint) whose memoria.tenant is `tenant`; the caller's is restored after."""
     with conn.transaction():
-        previous = conn.execute("SELECT current_setting('memoria.tenant', true)").fetchone()[0]
+        previous = scalar(conn, "SELECT current_setting('memoria.tenant', true)")
         conn.execute("SELECT set_config('memoria.tenant', %s, true)", (tenant,))
         yield
         if previous != tenant:
@@ -93,8 +99,9 @@ def cypher_params(entities: Sequence[str], tenant: str, depth: int) -> str:
     Bind it as `%(cypher_params)s::ag_catalog.agtype`, the third argument of cypher(); it is the
     only way values reach Cypher, so names with quotes, $$, braces or backslashes are plain data.
     """
-    return json.dumps({"names": sorted(set(entities)), "tenant": tenant, "depth": int(depth)},
-                      ensure_ascii=False, allow_nan=False)
+    return json.dumps(
+        {"names": sorted(set(entities)), "tenant": tenant, "depth": int(depth)}, ensure_ascii=False, allow_nan=False
+    )
 
 
 # The pure-Cypher form of the graph worker (memoria.graph_walk walks the label tables instead, see

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
+from typing import TextIO
 
+import psycopg
 from alembic import command
 from alembic.config import Config as AlembicConfig
 
-import psycopg
-
 from ..errors import ExtensionMissing, ServerError
-from .database import VECTOR_HELP
+from .database import VECTOR_HELP, scalar
 from .resources import migrations_dir
 
 
-def alembic_config(dsn: str, *, memory_types: tuple[str, ...] = (), use_age: bool = True,
-                   stdout: io.TextIOBase | None = None) -> AlembicConfig:
+def alembic_config(
+    dsn: str, *, memory_types: tuple[str, ...] = (), use_age: bool = True, stdout: TextIO | None = None
+) -> AlembicConfig:
     path = migrations_dir()
     cfg = AlembicConfig(str(path / "alembic.ini"), stdout=stdout or io.StringIO())
     cfg.set_main_option("script_location", str(path))
@@ -26,18 +28,18 @@ def alembic_config(dsn: str, *, memory_types: tuple[str, ...] = (), use_age: boo
     return cfg
 
 
-def upgrade(dsn: str, revision: str = "head", **kw) -> None:
+def upgrade(dsn: str, revision: str = "head", *, memory_types: tuple[str, ...] = (), use_age: bool = True) -> None:
     _check_vector(dsn)
-    command.upgrade(alembic_config(dsn, **kw), revision)
+    command.upgrade(alembic_config(dsn, memory_types=memory_types, use_age=use_age), revision)
 
 
-def downgrade(dsn: str, revision: str = "base", **kw) -> None:
-    command.downgrade(alembic_config(dsn, **kw), revision)
+def downgrade(dsn: str, revision: str = "base") -> None:
+    command.downgrade(alembic_config(dsn), revision)
 
 
 def current(dsn: str) -> str | None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        if conn.execute("SELECT to_regclass('public.alembic_version')").fetchone()[0] is None:
+        if scalar(conn, "SELECT to_regclass('public.alembic_version')") is None:
             return None
         row = conn.execute("SELECT version_num FROM public.alembic_version").fetchone()
         return row[0] if row else None
@@ -47,17 +49,18 @@ def history(dsn: str) -> list[tuple[str, str | None, str]]:
     from alembic.script import ScriptDirectory
 
     script = ScriptDirectory.from_config(alembic_config(dsn))
-    return [(s.revision, s.down_revision, (s.doc or "").splitlines()[0])
-            for s in reversed(list(script.walk_revisions()))]
+    return [
+        (s.revision, _down(s.down_revision), (s.doc or "").splitlines()[0])
+        for s in reversed(list(script.walk_revisions()))
+    ]
 
 
 def add_memory_type(dsn: str, name: str) -> bool:
     from ..config import valid_identifier
 
     valid_identifier(name, "memory type")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        with conn.transaction():
-            return bool(conn.execute("SELECT memoria.add_memory_type(%s)", (name,)).fetchone()[0])
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        return bool(scalar(conn, "SELECT memoria.add_memory_type(%s)", (name,)))
 
 
 def _check_vector(dsn: str) -> None:
@@ -68,3 +71,7 @@ def _check_vector(dsn: str) -> None:
         raise ServerError(f"cannot connect to PostgreSQL: {exc}") from exc
     if row is None:
         raise ExtensionMissing(VECTOR_HELP)
+
+
+def _down(revision: str | Sequence[str] | None) -> str | None:
+    return revision if revision is None or isinstance(revision, str) else ",".join(revision)

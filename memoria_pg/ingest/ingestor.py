@@ -11,6 +11,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from ..core.embedding import Embedder, embed_memories
 from ..core.text import normalize_entity
@@ -22,11 +23,20 @@ GraphWriter = Callable[[psycopg.Connection, str], None]
 Batch = Sequence[MemoryRecord | Mapping[str, Any]]
 T = TypeVar("T")
 
+
 class Ingestor:
     """Writes batches of memories; every batch is all-or-nothing."""
 
-    def __init__(self, db: Database, *, embedder: Embedder, rules: RecordRules, k1: float, b: float,
-                 graph_writer: GraphWriter | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        embedder: Embedder,
+        rules: RecordRules,
+        k1: float,
+        b: float,
+        graph_writer: GraphWriter | None = None,
+    ) -> None:
         self.db = db
         self.embedder = embedder
         self.rules = rules
@@ -48,7 +58,7 @@ class Ingestor:
 
     def prepare_batch(self, batch: Batch, wheres: Sequence[str] | None = None) -> list[Prepared]:
         """Validate and embed one batch (no database access); InputError names the bad record."""
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         wheres = wheres or [f"record {i + 1}" for i in range(len(batch))]
         prepared = [self.prepare(raw, where, now) for raw, where in zip(batch, wheres)]
         self._embed_missing(prepared)
@@ -56,11 +66,16 @@ class Ingestor:
 
     def store_batch(self, batch: Batch, wheres: Sequence[str] | None = None) -> StoreResult:
         """Validate, embed and write one batch in one transaction; an invalid record writes nothing."""
-        return self._write(self.prepare_batch(batch, wheres))
+        return self.write(self.prepare_batch(batch, wheres))
 
-    def store_batches(self, batches: Iterable[tuple[Batch, Sequence[str]]],
-                      *, writers: int = 1, progress: Callable[[int], None] | None = None,
-                      return_ids: bool = True) -> StoreResult:
+    def store_batches(
+        self,
+        batches: Iterable[tuple[Batch, Sequence[str]]],
+        *,
+        writers: int = 1,
+        progress: Callable[[int], None] | None = None,
+        return_ids: bool = True,
+    ) -> StoreResult:
         """Write a stream of (batch, wheres) pairs, each batch in its own transaction.
 
         Batches are prepared (validated, tokenized, embedded) in this thread while up to `writers`
@@ -92,8 +107,7 @@ class Ingestor:
                     # INSERT for that whole transaction to end: it goes in last (see _write_batch).
                     in_flight = set().union(*(keys for future, _, keys in pending if not future.done()))
                     late = {i for i, p in enumerate(prepared) if p.key in in_flight}
-                    pending.append((pool.submit(self._write, prepared, late), len(batch),
-                                    {p.key for p in prepared}))
+                    pending.append((pool.submit(self.write, prepared, late), len(batch), {p.key for p in prepared}))
                 while pending:
                     collect(*pending.popleft()[:2])
             except BaseException:
@@ -107,19 +121,20 @@ class Ingestor:
             return
         # Only now, after the whole batch validated: a batch bound to fail never pays for loading
         # the model (the embedder loads it on first use).
-        vectors = embed_memories(self.embedder, [p.record.content for p in missing],
-                                 [p.record.context for p in missing])
+        vectors = embed_memories(
+            self.embedder, [p.record.content for p in missing], [p.record.context for p in missing]
+        )
         for p, vector in zip(missing, vectors):
             p.record.embedding = vector
 
-    def _pipeline(self, conn: psycopg.Connection, enabled: bool = True):
+    def _pipeline(self, conn: psycopg.Connection, enabled: bool = True) -> contextlib.AbstractContextManager[Any]:
         """Pipeline mode for a run of statements: sent together, the results read at the end. A batch
         runs ~8 statements per tenant; one round trip each would leave the server idle while this
         process (other threads holding the GIL) reads each result and sends the next statement.
         Errors are raised at the end of the block, as the same exceptions."""
         return conn.pipeline() if enabled and self.pipeline else contextlib.nullcontext()
 
-    def _write(self, prepared: list[Prepared], late: Collection[int] = ()) -> StoreResult:
+    def write(self, prepared: list[Prepared], late: Collection[int] = ()) -> StoreResult:
         # A schema older than this library (e.g. no memories.context before 0006) raises SchemaError;
         # the batch's transaction rolled back, so nothing was written.
         with schema_current():
@@ -141,14 +156,14 @@ class Ingestor:
         # Tenants in one order for every batch, and within a tenant each statement takes its row locks
         # in key order; so two writers whose batches share tenants (store_many's parallel writers, or
         # two processes) always lock in the same global order and never deadlock. The late memories
-        # are the exception (_write retries a deadlock of theirs in key order).
+        # are the exception (write retries a deadlock of theirs in key order).
         tenants = sorted(by_tenant)
         staged = {i for rows in by_tenant.values() for i in rows}
         late_tenants = sorted({prepared[i].tenant for i in late if i in staged})
         with self.db.connection() as conn, conn.transaction():
             conn.execute(load_sql("ingest/stage"))  # several statements, no parameters: one round trip
             # One COPY per table for the whole batch; every statement below reads its tenant's rows.
-            result.copy_rows += self._copy(conn, prepared, [i for t in tenants for i in by_tenant[t]], late)
+            result.copy_rows += self.copy_batch(conn, prepared, [i for t in tenants for i in by_tenant[t]], late)
             self._insert_own_rows(conn, tenants, late_tenants)
             self._update_shared_rows(conn, tenants)
             ids = dict(conn.execute("SELECT row_no, memory_id FROM stage_memories").fetchall())
@@ -192,28 +207,69 @@ class Ingestor:
                 if self.graph_writer is not None:
                     self.graph_writer(conn, tenant)
 
-    def _copy(self, conn: psycopg.Connection, prepared: list[Prepared], rows: list[int],
-              late: Collection[int] = ()) -> int:
+    def copy_batch(
+        self, conn: psycopg.Connection, prepared: list[Prepared], rows: list[int], late: Collection[int] = ()
+    ) -> int:
         """COPY the batch into the stage: one row per memory (its terms and entities as arrays), one
         per attribute; returns the number of rows staged (StoreResult.copy_rows)."""
         count = 0
         with conn.cursor() as cur:
-            with cur.copy("COPY stage_memories (row_no, tenant, memory_type, external_id, dedup_key, "
-                          "content, context, metadata, importance, pinned, created_at, embedding, doc_len, "
-                          "terms, tfs, entity_names, entity_norms, late) FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(["int4", "text", "text", "text", "text", "text", "text", "jsonb", "float4",
-                                "bool", "timestamptz", "vector", "int4", "text[]", "int4[]", "text[]", "text[]",
-                                "bool"])
+            with cur.copy(
+                "COPY stage_memories (row_no, tenant, memory_type, external_id, dedup_key, "
+                "content, context, metadata, importance, pinned, created_at, embedding, doc_len, "
+                "terms, tfs, entity_names, entity_norms, late) FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(
+                    [
+                        "int4",
+                        "text",
+                        "text",
+                        "text",
+                        "text",
+                        "text",
+                        "text",
+                        "jsonb",
+                        "float4",
+                        "bool",
+                        "timestamptz",
+                        "vector",
+                        "int4",
+                        "text[]",
+                        "int4[]",
+                        "text[]",
+                        "text[]",
+                        "bool",
+                    ]
+                )
                 for i in rows:
                     p, r = prepared[i], prepared[i].record
-                    copy.write_row((i, p.tenant, p.memory_type, r.external_id, p.dedup_key, r.content, r.context,
-                                    psycopg.types.json.Jsonb(r.metadata), r.importance, bool(r.pinned),
-                                    r.created_at, r.embedding, p.doc_len, list(p.terms), list(p.terms.values()),
-                                    p.entities, [normalize_entity(name) for name in p.entities], i in late))
+                    copy.write_row(
+                        (
+                            i,
+                            p.tenant,
+                            p.memory_type,
+                            r.external_id,
+                            p.dedup_key,
+                            r.content,
+                            r.context,
+                            Jsonb(r.metadata),
+                            r.importance,
+                            bool(r.pinned),
+                            r.created_at,
+                            r.embedding,
+                            p.doc_len,
+                            list(p.terms),
+                            list(p.terms.values()),
+                            p.entities,
+                            [normalize_entity(name) for name in p.entities],
+                            i in late,
+                        )
+                    )
                     count += 1 + len(p.terms) + len(p.entities)
             if any(prepared[i].attributes for i in rows):
-                with cur.copy("COPY stage_attributes (row_no, subject, attribute, value) "
-                              "FROM STDIN (FORMAT BINARY)") as copy:
+                with cur.copy(
+                    "COPY stage_attributes (row_no, subject, attribute, value) FROM STDIN (FORMAT BINARY)"
+                ) as copy:
                     copy.set_types(["int4", "text", "text", "text"])
                     for i in rows:
                         for subject, attribute, value in prepared[i].attributes:
@@ -233,8 +289,9 @@ def _add(total: StoreResult, result: StoreResult, return_ids: bool) -> None:
         total.ids.extend(result.ids)
 
 
-def _finish_in_flight(pending: collections.deque[_Pending],
-                      collect: Callable[[concurrent.futures.Future[StoreResult], int], None]) -> None:
+def _finish_in_flight(
+    pending: collections.deque[_Pending], collect: Callable[[concurrent.futures.Future[StoreResult], int], None]
+) -> None:
     """After an error: let the batches in flight end; an earlier batch's failure is the error to report."""
     while pending:
         future, size, _ = pending.popleft()
@@ -269,4 +326,3 @@ def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
             batch = []
     if batch:
         yield batch
-

@@ -85,8 +85,9 @@ def prepare(raw: MemoryRecord | Mapping[str, Any], where: str, now: dt.datetime,
         attributes = validation.attribute_triples(record.attributes, where)
     key = f"ext:{record.external_id}" if record.external_id else f"sha256:{content_hash(record.content)}"
     assert record.tenant is not None and record.memory_type is not None
-    return Prepared(record, record.tenant, record.memory_type, key, dict(terms), doc_len,
-                    dedupe_names(entities), attributes)
+    return Prepared(
+        record, record.tenant, record.memory_type, key, dict(terms), doc_len, dedupe_names(entities), attributes
+    )
 
 
 def _validated(record: MemoryRecord, where: str, now: dt.datetime, rules: RecordRules) -> MemoryRecord:
@@ -100,8 +101,9 @@ def _validated(record: MemoryRecord, where: str, now: dt.datetime, rules: Record
     validation.pinned(record.pinned, where)
     record.created_at = validation.created_at(record.created_at, where, now)
     if record.external_id is not None:
-        record.external_id = validation.clean_text(str(record.external_id), "external_id", where,
-                                                   validation.MAX_FIELD_CHARS)
+        record.external_id = validation.clean_text(
+            str(record.external_id), "external_id", where, validation.MAX_FIELD_CHARS
+        )
     if record.embedding is not None:
         record.embedding = validation.vector(record.embedding, rules.dim, f"{where}: embedding")
     if isinstance(record.context, str) and not record.context.strip():

@@ -9,14 +9,21 @@ import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 
-from ..db import schema_current
-from ..db import load_sql
 from ..core.types import CandidateRecord, SourceHit
+from ..db import load_sql, schema_current
 from .workers import WorkerRegistry
 
-def final_cte_params(hits: Mapping[str, Sequence[SourceHit]], registry: WorkerRegistry, *, cap: int, rrf_k: int,
-                     depth: int, method: str = "score",
-                     weights: Mapping[str, float] | None = None) -> dict[str, Any]:
+
+def final_cte_params(
+    hits: Mapping[str, Sequence[SourceHit]],
+    registry: WorkerRegistry,
+    *,
+    cap: int,
+    rrf_k: int,
+    depth: int,
+    method: str = "score",
+    weights: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
     """The final CTE's parameters: every hit as parallel arrays, and each source's weight and
     score direction as the registry declares them (`weights` overrides the declared ones)."""
     weights = dict(registry.weights(method) if weights is None else weights)
@@ -27,31 +34,53 @@ def final_cte_params(hits: Mapping[str, Sequence[SourceHit]], registry: WorkerRe
         "sources": [h.source for h in rows],
         "ranks": [h.rank for h in rows],
         "scores": [registry.source(h.source).fused_score(h) for h in rows],
-        "weight_sources": list(weights), "weight_values": [float(v) for v in weights.values()],
-        "depth": depth, "rrf_k": rrf_k, "cap": cap, "method": method,
+        "weight_sources": list(weights),
+        "weight_values": [float(v) for v in weights.values()],
+        "depth": depth,
+        "rrf_k": rrf_k,
+        "cap": cap,
+        "method": method,
         "lower_better": registry.lower_is_better(),
     }
 
 
-def build_candidates(conn: psycopg.Connection, hits: Mapping[str, Sequence[SourceHit]], registry: WorkerRegistry,
-                     *, cap: int, rrf_k: int, depth: int, method: str = "score") -> list[CandidateRecord]:
+def candidate_statement(
+    hits: Mapping[str, Sequence[SourceHit]], registry: WorkerRegistry, *, cap: int, rrf_k: int, depth: int,
+    method: str = "score",
+) -> tuple[str, dict[str, Any]]:
+    """The final CTE (sql/final_candidates.sql) and its parameters for these hits."""
+    params = final_cte_params(hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method)
+    return load_sql("final_candidates"), params
+
+
+def build_candidates(
+    conn: psycopg.Connection,
+    hits: Mapping[str, Sequence[SourceHit]],
+    registry: WorkerRegistry,
+    *,
+    cap: int,
+    rrf_k: int,
+    depth: int,
+    method: str = "score",
+) -> list[CandidateRecord]:
     """Merge, deduplicate, fuse (`method`: "score" or "rrf"), cap and fetch in one statement; every
     candidate keeps its per-source scores."""
     if not any(hits.values()):
         return []
-    params = final_cte_params(hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method)
+    statement, params = candidate_statement(hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method)
     details = {(h.source, h.memory_id): h.detail for source_hits in hits.values() for h in source_hits}
     # Binary results: 200 embeddings arrive as raw float32 instead of 76,800 numbers printed and
     # parsed back (the text parse was most of this statement's time). Same values: the SQL sends
     # `importance` as text, because a binary real is its float32 value, not the decimal it prints.
     with conn.cursor(row_factory=dict_row, binary=True) as cur, schema_current():
-        rows = cur.execute(load_sql("final_candidates"), params).fetchall()
+        rows = cur.execute(statement, params).fetchall()
     names = registry.score_names()
     return [_candidate(row, details, names) for row in rows]
 
 
-def _candidate(row: dict[str, Any], details: Mapping[tuple[str, int], dict[str, Any]],
-               score_names: Mapping[str, str]) -> CandidateRecord:
+def _candidate(
+    row: dict[str, Any], details: Mapping[tuple[str, int], dict[str, Any]], score_names: Mapping[str, str]
+) -> CandidateRecord:
     scores: dict[str, float] = {}
     for source, value, rank in zip(row["sources"], row["scores"], row["ranks"], strict=True):
         scores[score_names[source]] = float(value)
@@ -64,12 +93,19 @@ def _candidate(row: dict[str, Any], details: Mapping[tuple[str, int], dict[str, 
     base = 1.0 / (1.0 + distance) if distance is not None else 0.0
     embedding = row["embedding"]
     return CandidateRecord(
-        memory_id=row["memory_id"], tenant=row["tenant"], memory_type=row["memory_type"],
-        content=row["content"], metadata=row["metadata"], importance=float(row["importance"]),
-        created_at=row["created_at"], last_accessed_at=row["last_accessed_at"],
+        memory_id=row["memory_id"],
+        tenant=row["tenant"],
+        memory_type=row["memory_type"],
+        content=row["content"],
+        metadata=row["metadata"],
+        importance=float(row["importance"]),
+        created_at=row["created_at"],
+        last_accessed_at=row["last_accessed_at"],
         access_count=int(row["access_count"]),
         embedding=_vector(embedding),
-        sources=list(row["sources"]), scores=scores, base_score=base,
+        sources=list(row["sources"]),
+        scores=scores,
+        base_score=base,
         retrieval_score=float(row["retrieval_score"]),
     )
 

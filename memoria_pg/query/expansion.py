@@ -51,8 +51,9 @@ class LexiconExpander:
     """Adds the lexicon's related tokens for each query token (never removes any)."""
 
     def __init__(self, lexicon: Mapping[str, Iterable[str]] = LEXICON) -> None:
-        self.lexicon = {tokenize(k)[0] if tokenize(k) else k: tuple(t for v in vs for t in tokenize(v))
-                        for k, vs in lexicon.items()}
+        self.lexicon = {
+            tokenize(k)[0] if tokenize(k) else k: tuple(t for v in vs for t in tokenize(v)) for k, vs in lexicon.items()
+        }
 
     def __call__(self, tokens: list[str]) -> list[str]:
         seen = set(tokens)

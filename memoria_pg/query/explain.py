@@ -27,25 +27,42 @@ def explain_query(pipeline: QueryPipeline, response: QueryResponse) -> str:
     query, route, d = response.query, response.route, response.diagnostics
     out: list[str] = []
     out.append(f"query: {query.text!r}  tenant={query.tenant}  hint={query.memory_type_hint}")
-    out.append(f"  tokens={query.tokens} entities={query.entities} phrases={query.phrases} "
-               f"subject={query.subject} attribute={query.attribute}")
+    out.append(
+        f"  tokens={query.tokens} entities={query.entities} phrases={query.phrases} "
+        f"subject={query.subject} attribute={query.attribute}"
+    )
     if route is None:
         out.append("path: V3 (vector search only)")
     else:
-        out.append(f"route: {route.name} workers={list(route.workers)} depth={route.graph_depth} "
-                   f"pool={route.pool} fallback={list(route.fallback_pools)} shards={d.shards}")
-        out.append(f"submitted={d.submitted_sources} completed={d.completed_sources} "
-                   f"pending={d.pending_sources} failed={d.failed_sources} finish={d.retrieval_finish_reason}")
+        out.append(
+            f"route: {route.name} workers={list(route.workers)} depth={route.graph_depth} "
+            f"pool={route.pool} fallback={list(route.fallback_pools)} shards={d.shards}"
+        )
+        out.append(
+            f"submitted={d.submitted_sources} completed={d.completed_sources} "
+            f"pending={d.pending_sources} failed={d.failed_sources} finish={d.retrieval_finish_reason}"
+        )
         out.extend(_worker_plans(pipeline, query, route, d))
-    rows = [(i + 1, c.memory_id, c.memory_type, "+".join(c.sources),
-             " ".join(f"{k}={v:.3g}" for k, v in c.scores.items() if not k.endswith("_rank")),
-             f"{c.retrieval_score:.4f}", f"{c.final_score:.4f}", c.content[:60])
-            for i, c in enumerate(response.candidates[:50])]
+    rows = [
+        (
+            i + 1,
+            c.memory_id,
+            c.memory_type,
+            "+".join(c.sources),
+            " ".join(f"{k}={v:.3g}" for k, v in c.scores.items() if not k.endswith("_rank")),
+            f"{c.retrieval_score:.4f}",
+            f"{c.final_score:.4f}",
+            c.content[:60],
+        )
+        for i, c in enumerate(response.candidates[:50])
+    ]
     out.append(f"\ncandidates ({d.candidate_count}, first 50):")
     out.append(tabulate(rows, headers=["#", "id", "type", "sources", "scores", "retrieval", "final", "content"]))
-    out.append(f"\nreturned {d.returned_count}; total {d.total_ms:.1f} ms (processing {d.query_processing_ms:.1f}, "
-               f"embedding {d.embedding_ms:.1f}, retrieval {d.retrieval_ms:.1f}, database {d.database_ms:.1f}, "
-               f"ranking {d.ranking_ms:.1f})")
+    out.append(
+        f"\nreturned {d.returned_count}; total {d.total_ms:.1f} ms (processing {d.query_processing_ms:.1f}, "
+        f"embedding {d.embedding_ms:.1f}, retrieval {d.retrieval_ms:.1f}, database {d.database_ms:.1f}, "
+        f"ranking {d.ranking_ms:.1f})"
+    )
     return "\n".join(out)
 
 
@@ -56,8 +73,9 @@ def _worker_plans(pipeline: QueryPipeline, query: ProcessedQuery, route: Route, 
     ctx = pipeline.context(query, route, pipeline.embedder.embed_query(query.normalized), rows)
     for name in d.submitted_sources:
         worker = pipeline.registry[name]()
-        out.append(f"\n== worker {name} ({d.worker_ms.get(name, 0):.1f} ms in the query, "
-                   f"{d.worker_hits.get(name, 0)} hits)")
+        out.append(
+            f"\n== worker {name} ({d.worker_ms.get(name, 0):.1f} ms in the query, {d.worker_hits.get(name, 0)} hits)"
+        )
         with pipeline.db.transaction(query.tenant) as conn:
             statements = worker.statements_for(conn, ctx)  # e.g. the vector worker's exact or HNSW form
         for text, params in statements:

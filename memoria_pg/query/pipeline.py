@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from ..core.embedding import QueryEmbedder
 from ..core.types import CandidateRecord, ProcessedQuery, Route, SourceHit
 from ..db import Database, load_sql, schema_current
 from ..ranking import RankingStage
-from .candidates import build_candidates, filter_by_type, retrieval_order
+from .candidates import build_candidates, candidate_statement, filter_by_type, retrieval_order
 from .diagnostics import Diagnostics
 from .processor import EntityLookup, QueryProcessor, table_lookup
 from .relevance import relevance_pool
@@ -64,10 +65,20 @@ class Retrieval:
 class QueryPipeline:
     """The query path over its collaborators; `run` is what MemorySystem.query calls."""
 
-    def __init__(self, *, db: Database, config: Config, memory_types: Sequence[str],
-                 processor_factory: ProcessorFactory, embedder: QueryEmbedder, router: Router,
-                 scheduler: Scheduler, registry: WorkerRegistry, ranking: RankingStage | None,
-                 graph_backend: str) -> None:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        config: Config,
+        memory_types: Sequence[str],
+        processor_factory: ProcessorFactory,
+        embedder: QueryEmbedder,
+        router: Router,
+        scheduler: Scheduler,
+        registry: WorkerRegistry,
+        ranking: RankingStage | None,
+        graph_backend: str,
+    ) -> None:
         self.db = db
         self.config = config
         self.memory_types = tuple(memory_types)
@@ -106,8 +117,9 @@ class QueryPipeline:
         diag.query_processing_ms = _ms(t0)
         return query, rows
 
-    def embed(self, query: ProcessedQuery, embedding: Sequence[float] | np.ndarray | None,
-              diag: Diagnostics) -> np.ndarray:
+    def embed(
+        self, query: ProcessedQuery, embedding: Sequence[float] | np.ndarray | None, diag: Diagnostics
+    ) -> np.ndarray:
         """The query's vector: the caller's (checked), or the embedder's for the normalized text."""
         t0 = time.perf_counter()
         if embedding is not None:
@@ -118,8 +130,14 @@ class QueryPipeline:
         return vector
 
     # -- retrieval (V4) ---------------------------------------------------------------------------
-    def retrieve(self, query: ProcessedQuery, vector: np.ndarray, rows: Mapping[str, int],
-                 request: QueryRequest, diag: Diagnostics) -> Retrieval:
+    def retrieve(
+        self,
+        query: ProcessedQuery,
+        vector: np.ndarray,
+        rows: Mapping[str, int],
+        request: QueryRequest,
+        diag: Diagnostics,
+    ) -> Retrieval:
         """Route, relevance pool, shards, workers, final CTE, cross-encoder and type filter."""
         query, route, names = self.route(query, request.workers, diag)
         ctx = self.context(query, route, vector, rows)
@@ -136,40 +154,52 @@ class QueryPipeline:
         candidates, diag.type_filter_applied = filter_by_type(candidates, query.memory_type_hint)
         return Retrieval(query, route, candidates, diag.submitted_sources)
 
-    def route(self, query: ProcessedQuery, workers: Sequence[str] | None,
-              diag: Diagnostics) -> tuple[ProcessedQuery, Route, list[str]]:
+    def route(
+        self, query: ProcessedQuery, workers: Sequence[str] | None, diag: Diagnostics
+    ) -> tuple[ProcessedQuery, Route, list[str]]:
         """The query as the routing hooks left it, its Route (with the caller's workers, if any),
         and the route's workers whose preconditions hold."""
         query, route = self.router.route_query(query)
         diag.route = route.name
         if workers:
-            route = Route(route.name, tuple(workers), route.graph_depth, route.signals, route.pool,
-                          route.fallback_pools)
+            route = Route(
+                route.name, tuple(workers), route.graph_depth, route.signals, route.pool, route.fallback_pools
+            )
         return query, route, submitted_workers(route, query, self.config, self.registry)
 
-    def context(self, query: ProcessedQuery, route: Route, vector: np.ndarray,
-                rows: Mapping[str, int]) -> WorkerContext:
+    def context(
+        self, query: ProcessedQuery, route: Route, vector: np.ndarray, rows: Mapping[str, int]
+    ) -> WorkerContext:
         """The selected shards and the per-shard limits every worker of this query runs with.
 
         `rows`: the tenant's memories per memory type (sql/tenant_rows); shards where it has none
         are not read, so the limits go to the shards that can return something."""
         cfg = self.config
-        shards = populated(select_shards(route, query.memory_type_hint, self.memory_types,
-                                         sharding=cfg.enable_sharding), rows)
-        return WorkerContext(query=query, embedding=vector, shards=shards,
-                             limit=per_shard_limit(cfg.worker_limit, shards),
-                             graph_limit=per_shard_limit(cfg.graph_candidate_limit, shards),
-                             graph_depth=route.graph_depth, config=cfg, graph_backend=self.graph_backend,
-                             tenant_rows=rows)
+        shards = populated(
+            select_shards(route, query.memory_type_hint, self.memory_types, sharding=cfg.enable_sharding), rows
+        )
+        return WorkerContext(
+            query=query,
+            embedding=vector,
+            shards=shards,
+            limit=per_shard_limit(cfg.worker_limit, shards),
+            graph_limit=per_shard_limit(cfg.graph_candidate_limit, shards),
+            graph_depth=route.graph_depth,
+            config=cfg,
+            graph_backend=self.graph_backend,
+            tenant_rows=rows,
+        )
 
-    def relevance(self, query: ProcessedQuery, vector: np.ndarray, top_k: int,
-                  diag: Diagnostics) -> dict[str, list[SourceHit]]:
+    def relevance(
+        self, query: ProcessedQuery, vector: np.ndarray, top_k: int, diag: Diagnostics
+    ) -> dict[str, list[SourceHit]]:
         """The relevance pool's hits as a source; a pool of top_k or more is the fast path."""
         cfg = self.config
         if not cfg.enable_relevance_pool:
             return {}
-        pool = relevance_pool(self.db, query, vector, top_k=top_k, limit=cfg.ranking_candidate_limit,
-                              default_type=cfg.default_memory_type)
+        pool = relevance_pool(
+            self.db, query, vector, top_k=top_k, limit=cfg.ranking_candidate_limit, default_type=cfg.default_memory_type
+        )
         diag.relevance_pool_count = len(pool)
         diag.relevance_fast_path = len(pool) >= top_k
         return {"relevance": pool} if pool else {}
@@ -178,33 +208,50 @@ class QueryPipeline:
         """One scheduler task per worker, bound to the query's context."""
         return {name: _bind(self.registry[name](), ctx) for name in names}
 
-    def run_workers(self, names: Sequence[str], ctx: WorkerContext,
-                    diag: Diagnostics) -> dict[str, list[SourceHit]]:
+    def run_workers(self, names: Sequence[str], ctx: WorkerContext, diag: Diagnostics) -> dict[str, list[SourceHit]]:
         """The workers, concurrently under the completion policy; the completed ones' hits."""
         if not names:
             diag.retrieval_policy = self.scheduler.policy.name
             diag.retrieval_finish_reason = "relevance_fast_path" if diag.relevance_fast_path else "no_workers"
             diag.policy_satisfied = True
             return {}
-        result = self.scheduler.run(self.tasks(names, ctx), tenant=ctx.query.tenant,
-                                    deadline_ms=self.config.retrieval_deadline_ms)
+        result = self.scheduler.run(
+            self.tasks(names, ctx), tenant=ctx.query.tenant, deadline_ms=self.config.retrieval_deadline_ms
+        )
         diag.record_scheduler(result)
         return result.hits
 
-    def candidates(self, hits: Mapping[str, Sequence[SourceHit]], tenant: str,
-                   diag: Diagnostics) -> list[CandidateRecord]:
+    def candidates(
+        self, hits: Mapping[str, Sequence[SourceHit]], tenant: str, diag: Diagnostics
+    ) -> list[CandidateRecord]:
         """Merge, dedup, fuse, cap and fetch in the final CTE (on its cached generic plan)."""
         cfg = self.config
         t0 = time.perf_counter()
         with self.db.transaction(tenant, generic_plans=True) as conn:
-            candidates = build_candidates(conn, hits, self.registry, cap=cfg.ranking_candidate_limit,
-                                          rrf_k=cfg.rrf_k, depth=cfg.rrf_depth, method=cfg.fusion_method)
+            candidates = build_candidates(
+                conn,
+                hits,
+                self.registry,
+                cap=cfg.ranking_candidate_limit,
+                rrf_k=cfg.rrf_k,
+                depth=cfg.rrf_depth,
+                method=cfg.fusion_method,
+            )
         diag.database_ms = _ms(t0)
         diag.candidate_count = len(candidates)
         return candidates
 
-    def cross_encode(self, query: ProcessedQuery, candidates: list[CandidateRecord],
-                     diag: Diagnostics) -> list[CandidateRecord]:
+    def candidate_statement(self, hits: Mapping[str, Sequence[SourceHit]]) -> tuple[str, dict[str, Any]]:
+        """The final CTE and its parameters as `candidates` runs them (for EXPLAIN)."""
+        cfg = self.config
+        return candidate_statement(
+            hits, self.registry, cap=cfg.ranking_candidate_limit, rrf_k=cfg.rrf_k, depth=cfg.rrf_depth,
+            method=cfg.fusion_method,
+        )
+
+    def cross_encode(
+        self, query: ProcessedQuery, candidates: list[CandidateRecord], diag: Diagnostics
+    ) -> list[CandidateRecord]:
         """The optional cross-encoder over the head of the retrieval order."""
         cfg = self.config
         if not (cfg.enable_cross_encoder and cfg.cross_encoder_model):
@@ -215,21 +262,36 @@ class QueryPipeline:
         return rerank(load_cross_encoder(cfg.cross_encoder_model), query, candidates, cfg.cross_encoder_top_n)
 
     # -- retrieval (V3) ---------------------------------------------------------------------------
-    def retrieve_v3(self, query: ProcessedQuery, vector: np.ndarray, rows: Mapping[str, int], top_k: int,
-                    diag: Diagnostics) -> Retrieval:
+    def retrieve_v3(
+        self, query: ProcessedQuery, vector: np.ndarray, rows: Mapping[str, int], top_k: int, diag: Diagnostics
+    ) -> Retrieval:
         """V3: vector search -> fetch -> candidates in one transaction; no scheduler."""
         cfg = self.config
         shards = select_shards(Route("v3", ("vector",)), None, self.memory_types, sharding=False)
-        ctx = WorkerContext(query=query, embedding=vector, shards=shards, limit=max(cfg.worker_limit, top_k),
-                            graph_limit=0, graph_depth=0, config=cfg, tenant_rows=rows)
+        ctx = WorkerContext(
+            query=query,
+            embedding=vector,
+            shards=shards,
+            limit=max(cfg.worker_limit, top_k),
+            graph_limit=0,
+            graph_depth=0,
+            config=cfg,
+            tenant_rows=rows,
+        )
         t0 = time.perf_counter()
         with self.db.transaction(query.tenant) as conn:
             vector_hits = self.registry["vector"]().run(conn, ctx)
             diag.retrieval_ms = _ms(t0)
             t1 = time.perf_counter()
-            candidates = build_candidates(conn, {"vector": vector_hits}, self.registry,
-                                          cap=cfg.ranking_candidate_limit, rrf_k=cfg.rrf_k, depth=cfg.rrf_depth,
-                                          method=cfg.fusion_method)
+            candidates = build_candidates(
+                conn,
+                {"vector": vector_hits},
+                self.registry,
+                cap=cfg.ranking_candidate_limit,
+                rrf_k=cfg.rrf_k,
+                depth=cfg.rrf_depth,
+                method=cfg.fusion_method,
+            )
             diag.database_ms = _ms(t1)
         diag.submitted_sources = ["vector"]
         diag.completed_sources = ["vector"]
@@ -246,17 +308,24 @@ class QueryPipeline:
         t0 = time.perf_counter()
         if request.ranking and self.ranking is not None:
             boost = retrieval.route.signals if retrieval.route is not None else ()
-            returned = self.ranking.rank(retrieval.query, list(retrieval.candidates), request.top_k,
-                                         retrieval.submitted, boost=boost)
+            returned = self.ranking.rank(
+                retrieval.query, list(retrieval.candidates), request.top_k, retrieval.submitted, boost=boost
+            )
             diag.ranking_skipped = False
         else:
-            returned = retrieval.candidates[:request.top_k]
+            returned = retrieval.candidates[: request.top_k]
             diag.ranking_skipped = True
         diag.ranking_ms = _ms(t0)
         return returned
 
-    def respond(self, retrieval: Retrieval, returned: list[CandidateRecord], request: QueryRequest,
-                diag: Diagnostics, t_start: float) -> QueryResponse:
+    def respond(
+        self,
+        retrieval: Retrieval,
+        returned: list[CandidateRecord],
+        request: QueryRequest,
+        diag: Diagnostics,
+        t_start: float,
+    ) -> QueryResponse:
         """Access statistics (ranked queries), the trace (when asked), and the response."""
         t0 = time.perf_counter()
         diag.returned_count = len(returned)
@@ -264,12 +333,18 @@ class QueryPipeline:
             self.record_access(retrieval.query.tenant, returned)
         if request.trace:
             diag.total_ms = _ms(t_start)
-            diag.trace_id = persist_trace(self.db, retrieval.query, retrieval.route, retrieval.candidates,
-                                          returned, diag)
+            diag.trace_id = persist_trace(
+                self.db, retrieval.query, retrieval.route, retrieval.candidates, returned, diag
+            )
         diag.response_ms = _ms(t0)
         diag.total_ms = _ms(t_start)
-        return QueryResponse(query=retrieval.query, route=retrieval.route, memories=returned, diagnostics=diag,
-                             candidates=retrieval.candidates)
+        return QueryResponse(
+            query=retrieval.query,
+            route=retrieval.route,
+            memories=returned,
+            diagnostics=diag,
+            candidates=retrieval.candidates,
+        )
 
     def record_access(self, tenant: str, returned: Sequence[CandidateRecord]) -> None:
         with self.db.transaction(tenant) as conn, schema_current():

@@ -11,11 +11,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 
-from ..core.entities import (CAP, FIRST_PERSON, STARTERS, canonical_attribute, entity_key, extract_entities,
-                       quoted_spans, resolve_subject)
 import psycopg
 
 from ..core import validation
+from ..core.entities import (
+    CAP,
+    FIRST_PERSON,
+    STARTERS,
+    canonical_attribute,
+    entity_key,
+    extract_entities,
+    quoted_spans,
+    resolve_subject,
+)
 from ..core.text import STOPWORDS, normalize, normalize_entity, tokenize
 from ..core.types import ProcessedQuery
 
@@ -25,14 +33,23 @@ Expander = Callable[[list[str]], list[str]]
 # First cue that fires wins, so the more specific types come first. Conservative on purpose: a hint
 # restricts candidates to its type (type filtering), so a false hint costs more than a missing one.
 MEMORY_TYPE_CUES: tuple[tuple[str, str], ...] = (
-    ("procedural", r"\bhow (?:do|can|should|would|did) (?:i|we|you|one)\b|\bhow to\b|\bsteps? (?:to|for)\b"
-                   r"|\binstructions? (?:to|for)\b|\bprocedure\b|\brecipe for\b"),
-    ("episodic", r"\bwhen did\b|\byesterday\b|\blast (?:week|weekend|month|year|night|time)\b"
-                 r"|\bremember when\b|\bdo you remember\b|\bwhat happened\b|\b\w+ (?:days|weeks|years) ago\b"
-                 r"|\bthe other day\b|\bthis morning\b|\bearlier today\b"),
-    ("preference", r"\bprefer(?:s|red|ence|ences)?\b|\bfavou?rites?\b|\bfaves?\b|\bdislikes?\b"
-                   r"|\b(?:i|you|they|we) (?:really )?(?:like|love|enjoy|hate)\b|\b\w+ (?:likes|loves|enjoys|hates)\b"
-                   r"|\b(?:do|does|did|would) [\w-]+ (?:really )?(?:like|love|enjoy|hate)\b"),
+    (
+        "procedural",
+        r"\bhow (?:do|can|should|would|did) (?:i|we|you|one)\b|\bhow to\b|\bsteps? (?:to|for)\b"
+        r"|\binstructions? (?:to|for)\b|\bprocedure\b|\brecipe for\b",
+    ),
+    (
+        "episodic",
+        r"\bwhen did\b|\byesterday\b|\blast (?:week|weekend|month|year|night|time)\b"
+        r"|\bremember when\b|\bdo you remember\b|\bwhat happened\b|\b\w+ (?:days|weeks|years) ago\b"
+        r"|\bthe other day\b|\bthis morning\b|\bearlier today\b",
+    ),
+    (
+        "preference",
+        r"\bprefer(?:s|red|ence|ences)?\b|\bfavou?rites?\b|\bfaves?\b|\bdislikes?\b"
+        r"|\b(?:i|you|they|we) (?:really )?(?:like|love|enjoy|hate)\b|\b\w+ (?:likes|loves|enjoys|hates)\b"
+        r"|\b(?:do|does|did|would) [\w-]+ (?:really )?(?:like|love|enjoy|hate)\b",
+    ),
     ("semantic", r"\bdefin(?:e|ition of)\b|\bmeaning of\b|\bwhat does [\w-]+ mean\b"),
 )
 _CUES = [(t, re.compile(p)) for t, p in MEMORY_TYPE_CUES]
@@ -44,44 +61,84 @@ _S = r"(?P<subject>[^\W\d_][\w\-]*(?:[ \t]+[^\W\d_][\w\-]*){0,2}?)"
 _POSS = rf"(?<![\w'’])(?P<subject>(?:{CAP}[ \t]+){{0,2}}[^\W\d_][\w\-]*)['’]s"
 _A = r"(?P<phrase>[^\W\d_]+(?:['’]s)?(?:[ \t]+[^\W\d_]+(?:['’]s)?){0,2})"
 QUESTION_PATTERNS: tuple[tuple[str, str | None], ...] = (
-    (rf"(?i:\bwhat(?:['’]s|[ \t]+is|[ \t]+was)[ \t]+the[ \t]+name[ \t]+of[ \t]+){_POSS}[ \t]+{_A}",
-     "{phrase} name"),
+    (rf"(?i:\bwhat(?:['’]s|[ \t]+is|[ \t]+was)[ \t]+the[ \t]+name[ \t]+of[ \t]+){_POSS}[ \t]+{_A}", "{phrase} name"),
     (rf"(?i)\bwhere[ \t]+(?:does|did|do)[ \t]+{_S}[ \t]+(?P<attribute>live|work|come from|reside|stay)\b", None),
-    (rf"(?i)\bwhere[ \t]+(?:is|was|are)[ \t]+{_S}[ \t]+(?P<attribute>from|based|located|living|working)\b",
-     None),
+    (rf"(?i)\bwhere[ \t]+(?:is|was|are)[ \t]+{_S}[ \t]+(?P<attribute>from|based|located|living|working)\b", None),
     (rf"(?i)\bwhere[ \t]+(?:was|were)[ \t]+{_S}[ \t]+born\b", "birthplace"),
     (rf"(?i)\bwhen[ \t]+(?:was|were)[ \t]+{_S}[ \t]+born\b", "birthday"),
     (rf"(?i)\bhow[ \t]+old[ \t]+(?:is|was|are)[ \t]+{_S}(?=[ \t]*(?:[?.!]|$))", "age"),
     (rf"(?i)\bwho[ \t]+(?:does|did|do)[ \t]+{_S}[ \t]+work[ \t]+for\b", "employer"),
-    (rf"(?i)\bwhat[ \t]+(?:does|did|do)[ \t]+{_S}[ \t]+do[ \t]+for[ \t]+(?:a[ \t]+)?(?:living|work)\b",
-     "occupation"),
+    (rf"(?i)\bwhat[ \t]+(?:does|did|do)[ \t]+{_S}[ \t]+do[ \t]+for[ \t]+(?:a[ \t]+)?(?:living|work)\b", "occupation"),
     (rf"(?i)\bwho[ \t]+(?:is|was|are)[ \t]+{_S}[ \t]+married[ \t]+to\b", "spouse"),
     (rf"(?i)\bwhat[ \t]+(?:does|did|do)[ \t]+{_S}[ \t]+(?P<attribute>like|love|enjoy|prefer)\b", None),
     (rf"{_POSS}[ \t]+{_A}", "{phrase}"),
-    (rf"(?i)\b(?:what|who|where|when|which)(?:['’]s|[ \t]+(?:is|was|are|were))[ \t]+(?P<subject>my)[ \t]+{_A}",
-     "{phrase}"),
+    (
+        rf"(?i)\b(?:what|who|where|when|which)(?:['’]s|[ \t]+(?:is|was|are|were))[ \t]+(?P<subject>my)[ \t]+{_A}",
+        "{phrase}",
+    ),
 )
 _QUESTIONS = [(re.compile(p), a) for p, a in QUESTION_PATTERNS]
 # An attribute phrase ends before these: "Alice's job at Acme" asks about "job".
-_ATTR_STOP = STOPWORDS | {"now", "currently", "again", "today", "live", "lives", "work", "works", "like",
-                          "likes", "right", "these", "days", "exactly", "called", "named"}
-_PRONOUNS = FIRST_PERSON | {"he", "she", "it", "they", "you", "we", "his", "her", "their", "your", "our",
-                            "this", "that", "there", "someone", "anyone", "everyone", "people"}
+_ATTR_STOP = STOPWORDS | {
+    "now",
+    "currently",
+    "again",
+    "today",
+    "live",
+    "lives",
+    "work",
+    "works",
+    "like",
+    "likes",
+    "right",
+    "these",
+    "days",
+    "exactly",
+    "called",
+    "named",
+}
+_PRONOUNS = FIRST_PERSON | {
+    "he",
+    "she",
+    "it",
+    "they",
+    "you",
+    "we",
+    "his",
+    "her",
+    "their",
+    "your",
+    "our",
+    "this",
+    "that",
+    "there",
+    "someone",
+    "anyone",
+    "everyone",
+    "people",
+}
 _NGRAM_WORD = re.compile(r"\w+(?:['&.\-]\w+)*")
 
 
 class QueryProcessor:
     """Turns query text into a ProcessedQuery; raises InputError for a query it cannot accept."""
 
-    def __init__(self, memory_types: Sequence[str], entity_lookup: EntityLookup | None = None, *,
-                 max_chars: int = 4000, expander: Expander | None = None) -> None:
+    def __init__(
+        self,
+        memory_types: Sequence[str],
+        entity_lookup: EntityLookup | None = None,
+        *,
+        max_chars: int = 4000,
+        expander: Expander | None = None,
+    ) -> None:
         self.memory_types = tuple(memory_types)
         self.entity_lookup = entity_lookup
         self.max_chars = max_chars
         self.expander = expander
 
-    def process(self, text: str, tenant: str, memory_type: str | None = None, *,
-                speaker: str | None = None) -> ProcessedQuery:
+    def process(
+        self, text: str, tenant: str, memory_type: str | None = None, *, speaker: str | None = None
+    ) -> ProcessedQuery:
         """Validate and analyse a query; `speaker` is who "I"/"my" in the query means."""
         self._validate(text, tenant, memory_type)
         normalized = normalize(text)
@@ -96,11 +153,15 @@ class QueryProcessor:
             subject = spelled.get(entity_key(subject), subject)
             entities = _merge(entities, [subject])
         return ProcessedQuery(
-            text=text, normalized=normalized, tokens=list(expanded), tenant=tenant,
+            text=text,
+            normalized=normalized,
+            tokens=list(expanded),
+            tenant=tenant,
             memory_type_hint=memory_type or self.hint(normalized),
             entities=entities,
             phrases=_merge(quoted, [e for e in entities if len(e.split()) > 1]),
-            subject=subject, attribute=attribute,
+            subject=subject,
+            attribute=attribute,
             # copies: a later expansion stage may extend query.tokens in place
             metadata={"original_tokens": list(original), "expanded_tokens": list(expanded)},
         )
@@ -123,8 +184,11 @@ def table_lookup(conn: psycopg.Connection) -> EntityLookup:
     def lookup(grams: list[str]) -> list[str]:
         if not grams:
             return []
-        rows = conn.execute("SELECT name FROM memoria.entities WHERE tenant = current_setting('memoria.tenant') "
-                            "AND norm_name = ANY(%s)", ([normalize_entity(g) for g in grams],)).fetchall()
+        rows = conn.execute(
+            "SELECT name FROM memoria.entities WHERE tenant = current_setting('memoria.tenant') "
+            "AND norm_name = ANY(%s)",
+            ([normalize_entity(g) for g in grams],),
+        ).fetchall()
         return [r[0] for r in rows]
 
     return lookup
@@ -168,7 +232,7 @@ def candidate_ngrams(text: str, max_n: int = 3) -> list[str]:
     grams: dict[str, None] = {}
     for i in range(len(words)):
         for n in range(1, max_n + 1):
-            gram = words[i:i + n]
+            gram = words[i : i + n]
             if len(gram) < n or gram[-1] in STOPWORDS or (gram[0] in STOPWORDS and gram[0] != "the"):
                 continue
             if n == 1 and gram[0] == "the":

@@ -9,16 +9,27 @@ from ..core.types import ProcessedQuery, SourceHit
 from ..db import Database, load_sql
 
 
-def relevance_pool(db: Database, query: ProcessedQuery, vector: np.ndarray, *, top_k: int, limit: int,
-                   default_type: str) -> list[SourceHit]:
+def relevance_pool(
+    db: Database, query: ProcessedQuery, vector: np.ndarray, *, top_k: int, limit: int, default_type: str
+) -> list[SourceHit]:
     """The hinted type's pinned and important memories, nearest first (sql/relevance_pool.sql);
     none for an untyped or default-typed query. `limit` caps the pool."""
     hint = query.memory_type_hint
     if not hint or hint == default_type:
         return []
     with db.transaction(query.tenant) as conn, conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(load_sql("relevance_pool"), {
-            "memory_type": hint, "embedding": vector, "limit": limit, "small_pool": top_k * 3}).fetchall()
-    return [SourceHit(memory_id=r["memory_id"], source="relevance", rank=i + 1, score=float(r["distance"]),
-                      memory_type=r["memory_type"], detail={"pinned": float(r["pinned"])})
-            for i, r in enumerate(rows)]
+        rows = cur.execute(
+            load_sql("relevance_pool"),
+            {"memory_type": hint, "embedding": vector, "limit": limit, "small_pool": top_k * 3},
+        ).fetchall()
+    return [
+        SourceHit(
+            memory_id=r["memory_id"],
+            source="relevance",
+            rank=i + 1,
+            score=float(r["distance"]),
+            memory_type=r["memory_type"],
+            detail={"pinned": float(r["pinned"])},
+        )
+        for i, r in enumerate(rows)
+    ]

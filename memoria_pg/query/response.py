@@ -27,19 +27,44 @@ class QueryResponse:
 
 
 def _query_dict(q: ProcessedQuery) -> dict[str, Any]:
-    return {"text": q.text, "normalized": q.normalized, "tokens": q.tokens, "tenant": q.tenant,
-            "memory_type_hint": q.memory_type_hint, "entities": q.entities, "phrases": q.phrases,
-            "subject": q.subject, "attribute": q.attribute, "metadata": q.metadata}
+    return {
+        "text": q.text,
+        "normalized": q.normalized,
+        "tokens": q.tokens,
+        "tenant": q.tenant,
+        "memory_type_hint": q.memory_type_hint,
+        "entities": q.entities,
+        "phrases": q.phrases,
+        "subject": q.subject,
+        "attribute": q.attribute,
+        "metadata": q.metadata,
+    }
 
 
 def _route_dict(r: Route) -> dict[str, Any]:
-    return {"name": r.name, "workers": list(r.workers), "graph_depth": r.graph_depth, "signals": list(r.signals),
-            "pool": r.pool, "fallback_pools": list(r.fallback_pools)}
+    return {
+        "name": r.name,
+        "workers": list(r.workers),
+        "graph_depth": r.graph_depth,
+        "signals": list(r.signals),
+        "pool": r.pool,
+        "fallback_pools": list(r.fallback_pools),
+    }
 
 
 def memory_dict(c: CandidateRecord) -> dict[str, Any]:
     """A returned memory as JSON-ready data."""
-    return {"id": c.memory_id, "memory_type": c.memory_type, "content": c.content, "metadata": c.metadata,
-            "importance": c.importance, "created_at": c.created_at.isoformat(), "sources": c.sources,
-            "scores": c.scores, "base_score": c.base_score, "retrieval_score": c.retrieval_score,
-            "final_score": c.final_score, "explanation": c.explanation}
+    return {
+        "id": c.memory_id,
+        "memory_type": c.memory_type,
+        "content": c.content,
+        "metadata": c.metadata,
+        "importance": c.importance,
+        "created_at": c.created_at.isoformat(),
+        "sources": c.sources,
+        "scores": c.scores,
+        "base_score": c.base_score,
+        "retrieval_score": c.retrieval_score,
+        "final_score": c.final_score,
+        "explanation": c.explanation,
+    }

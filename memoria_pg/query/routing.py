@@ -27,16 +27,46 @@ _ALL = ("vector", "bm25", "fusion", "graph", "phrase", "attribute")
 # concepts linked through other entities, while episodes and procedures are about what they mention.
 ROUTES: dict[str, Route] = {
     "general": Route("general", _ALL, graph_depth=2, signals=(), pool=None),
-    "episodic": Route("episodic", ("vector", "bm25", "fusion", "graph", "phrase"), graph_depth=1,
-                      signals=("recency",), pool="episodic", fallback_pools=("general",)),
-    "semantic": Route("semantic", ("vector", "bm25", "fusion", "graph", "attribute"), graph_depth=2,
-                      signals=("importance",), pool="semantic", fallback_pools=("fact", "general")),
-    "procedural": Route("procedural", ("vector", "bm25", "fusion", "phrase"), graph_depth=1,
-                        signals=("importance", "access"), pool="procedural", fallback_pools=("general",)),
-    "preference": Route("preference", ("vector", "bm25", "fusion", "attribute", "graph"), graph_depth=1,
-                        signals=("recency", "attribute_hit"), pool="preference", fallback_pools=("general",)),
-    "fact": Route("fact", ("vector", "bm25", "fusion", "attribute", "graph", "phrase"), graph_depth=2,
-                  signals=("importance", "attribute_hit"), pool="fact", fallback_pools=("semantic", "general")),
+    "episodic": Route(
+        "episodic",
+        ("vector", "bm25", "fusion", "graph", "phrase"),
+        graph_depth=1,
+        signals=("recency",),
+        pool="episodic",
+        fallback_pools=("general",),
+    ),
+    "semantic": Route(
+        "semantic",
+        ("vector", "bm25", "fusion", "graph", "attribute"),
+        graph_depth=2,
+        signals=("importance",),
+        pool="semantic",
+        fallback_pools=("fact", "general"),
+    ),
+    "procedural": Route(
+        "procedural",
+        ("vector", "bm25", "fusion", "phrase"),
+        graph_depth=1,
+        signals=("importance", "access"),
+        pool="procedural",
+        fallback_pools=("general",),
+    ),
+    "preference": Route(
+        "preference",
+        ("vector", "bm25", "fusion", "attribute", "graph"),
+        graph_depth=1,
+        signals=("recency", "attribute_hit"),
+        pool="preference",
+        fallback_pools=("general",),
+    ),
+    "fact": Route(
+        "fact",
+        ("vector", "bm25", "fusion", "attribute", "graph", "phrase"),
+        graph_depth=2,
+        signals=("importance", "attribute_hit"),
+        pool="fact",
+        fallback_pools=("semantic", "general"),
+    ),
 }
 
 
@@ -50,13 +80,16 @@ class Preset:
     cross_encoder: bool = False
 
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (
-    Preset("semantic", ("vector",)),  # the V3 shape: vector search, then ranking
-    Preset("hybrid", ("vector", "bm25", "fusion")),
-    Preset("hybrid_graph", _ALL),
-    Preset("full", _ALL, cross_encoder=True),
-    Preset("retrieval_only", _ALL, ranking=False),  # measures retrieval without ranking
-)}
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset("semantic", ("vector",)),  # the V3 shape: vector search, then ranking
+        Preset("hybrid", ("vector", "bm25", "fusion")),
+        Preset("hybrid_graph", _ALL),
+        Preset("full", _ALL, cross_encoder=True),
+        Preset("retrieval_only", _ALL, ranking=False),  # measures retrieval without ranking
+    )
+}
 
 
 def preset(name: str) -> Preset:
@@ -69,17 +102,25 @@ def preset(name: str) -> Preset:
 def apply_preset(config: Config, name: str) -> tuple[Config, bool]:
     """The configuration with the preset's workers and cross-encoder flag, and its ranking switch."""
     chosen = preset(name)
-    changed = config.replace(workers_to_use=tuple(chosen.workers),
-                             enable_cross_encoder=chosen.cross_encoder and bool(config.cross_encoder_model))
+    changed = config.replace(
+        workers_to_use=tuple(chosen.workers),
+        enable_cross_encoder=chosen.cross_encoder and bool(config.cross_encoder_model),
+    )
     return changed, chosen.ranking
 
 
 class Router:
     """Maps a ProcessedQuery to a Route: pre-hooks, the ROUTES table, WORKERS_TO_USE, post-hooks."""
 
-    def __init__(self, routes: Mapping[str, Route] = ROUTES, workers_to_use: Sequence[str] = (),
-                 pre_hooks: Sequence[PreRoutingHook] = (), post_hooks: Sequence[PostRoutingHook] = (), *,
-                 registry: WorkerRegistry = DEFAULT_WORKERS) -> None:
+    def __init__(
+        self,
+        routes: Mapping[str, Route] = ROUTES,
+        workers_to_use: Sequence[str] = (),
+        pre_hooks: Sequence[PreRoutingHook] = (),
+        post_hooks: Sequence[PostRoutingHook] = (),
+        *,
+        registry: WorkerRegistry = DEFAULT_WORKERS,
+    ) -> None:
         if "general" not in routes:
             raise ConfigError("routes must include a 'general' route (used when the query has no hint)")
         self.registry = registry
@@ -122,8 +163,9 @@ class Router:
         return dataclasses.replace(self.routes["general"], name=hint, pool=hint, fallback_pools=("general",))
 
 
-def submitted_workers(route: Route, query: ProcessedQuery, config: Config,
-                      registry: WorkerRegistry = DEFAULT_WORKERS) -> list[str]:
+def submitted_workers(
+    route: Route, query: ProcessedQuery, config: Config, registry: WorkerRegistry = DEFAULT_WORKERS
+) -> list[str]:
     """The route's workers whose preconditions (each worker's `ready`) hold, vector first, each once."""
     workers = list(dict.fromkeys(validation.worker_names(route.workers, registry.names, f"route {route.name!r}")))
     if "vector" in workers:

@@ -9,6 +9,7 @@ its own statements (entity lookup, relevance pool, final CTE) cannot get a conne
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 
 import psycopg
 
-from ..db import Database
 from ..core.types import SourceHit
+from ..db import Database
 
 SUBMITTED, COMPLETED, PENDING, FAILED = "submitted", "completed", "pending", "failed"
 CANCEL_GRACE_S = 0.2  # how long to wait for cancelled statements to leave the server
@@ -34,8 +35,7 @@ class CompletionPolicy:
         return all(state in (COMPLETED, FAILED) for state in states.values())
 
     def satisfied(self, states: Mapping[str, str]) -> bool:
-        return self.done(states) and all(
-            states[name] == COMPLETED for name in self.required if name in states)
+        return self.done(states) and all(states[name] == COMPLETED for name in self.required if name in states)
 
 
 @dataclass
@@ -73,8 +73,16 @@ class Scheduler:
             _cancel(conn)
         if to_cancel:
             cf.wait([f for f, n in futures.items() if states[n] == PENDING], timeout=CANCEL_GRACE_S)
-        return SchedulerResult(hits, states, dict(run.errors), dict(run.worker_ms), _finish_reason(states),
-                               self.policy.satisfied(states), wait_ms, self.policy.name)
+        return SchedulerResult(
+            hits,
+            states,
+            dict(run.errors),
+            dict(run.worker_ms),
+            _finish_reason(states),
+            self.policy.satisfied(states),
+            wait_ms,
+            self.policy.name,
+        )
 
     def run_sequential(self, tasks: Mapping[str, WorkerFn], tenant: str) -> dict[str, list[SourceHit]]:
         """The same workers one after another on one connection (benchmarks compare against this)."""
@@ -134,16 +142,18 @@ class _Run:
                 with conn.transaction():
                     # The tenant, and the server-side ceiling in case the client-side cancel is
                     # lost, in one round trip.
-                    conn.execute("SELECT set_config('memoria.tenant', %s, true), "
-                                 "set_config('statement_timeout', %s, true)",
-                                 (self.tenant, str(self.deadline_ms + 1000)))
+                    conn.execute(
+                        "SELECT set_config('memoria.tenant', %s, true), set_config('statement_timeout', %s, true)",
+                        (self.tenant, str(self.deadline_ms + 1000)),
+                    )
                     return fn(conn)
             finally:
                 with self.lock:
                     self.conns.pop(name, None)
 
-    def stop(self, tasks: Mapping[str, WorkerFn]) -> tuple[dict[str, str], dict[str, list[SourceHit]],
-                                                          list[psycopg.Connection]]:
+    def stop(
+        self, tasks: Mapping[str, WorkerFn]
+    ) -> tuple[dict[str, str], dict[str, list[SourceHit]], list[psycopg.Connection]]:
         """Stop recording: the final states (unfinished ones pending), the completed sources' hits,
         and the connections still running a statement."""
         with self.lock:
@@ -162,7 +172,5 @@ def _finish_reason(states: Mapping[str, str]) -> str:
 
 
 def _cancel(conn: psycopg.Connection) -> None:
-    try:
+    with contextlib.suppress(Exception):  # the statement may have finished in between: nothing to cancel
         conn.cancel_safe(timeout=2.0)
-    except Exception:  # the statement may have finished in between; nothing to cancel
-        pass

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 
 import psycopg
 
-from ..db import load_sql
 from ..core.types import Route, Shard
+from ..db import load_sql
 
 ALL = Shard(None)  # the single default shard: the whole table
 

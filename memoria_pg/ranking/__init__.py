@@ -4,5 +4,14 @@ from .mmr import mmr
 from .pipeline import RankingPipeline, RankingStage, RankingWeights, SignalPlugin, finalize
 from .signals import SIGNAL_NAMES, SIGNALS, SignalContext
 
-__all__ = ["RankingPipeline", "RankingStage", "RankingWeights", "SignalPlugin", "SIGNAL_NAMES", "SIGNALS",
-           "SignalContext", "finalize", "mmr"]
+__all__ = [
+    "SIGNALS",
+    "SIGNAL_NAMES",
+    "RankingPipeline",
+    "RankingStage",
+    "RankingWeights",
+    "SignalContext",
+    "SignalPlugin",
+    "finalize",
+    "mmr",
+]

@@ -9,8 +9,12 @@ import numpy as np
 from ..core.types import CandidateRecord
 
 
-def mmr(candidates: Sequence[CandidateRecord], k: int, lambda_: float = 0.7,
-        relevance: Callable[[CandidateRecord], float] | None = None) -> list[CandidateRecord]:
+def mmr(
+    candidates: Sequence[CandidateRecord],
+    k: int,
+    lambda_: float = 0.7,
+    relevance: Callable[[CandidateRecord], float] | None = None,
+) -> list[CandidateRecord]:
     """Up to k candidates, each maximizing lambda * relevance - (1 - lambda) * max cosine to those before.
 
     Relevance (default: final_score) is divided by its maximum to share the cosine's [0, 1] scale;
@@ -56,4 +60,5 @@ def _unit_embeddings(candidates: Sequence[CandidateRecord]) -> np.ndarray:
         if c.embedding is not None:
             matrix[i] = np.asarray(c.embedding, dtype=np.float64)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+    unit: np.ndarray = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+    return unit

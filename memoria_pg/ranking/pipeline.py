@@ -68,9 +68,15 @@ class RankingWeights:
 class RankingStage(Protocol):
     """The ranking stage after retrieval: the returned memories, best first, at most top_k."""
 
-    def rank(self, query: ProcessedQuery, candidates: list[CandidateRecord], top_k: int,
-             submitted_sources: Sequence[str], now: dt.datetime | None = None,
-             boost: Sequence[str] = ()) -> list[CandidateRecord]: ...
+    def rank(
+        self,
+        query: ProcessedQuery,
+        candidates: list[CandidateRecord],
+        top_k: int,
+        submitted_sources: Sequence[str],
+        now: dt.datetime | None = None,
+        boost: Sequence[str] = (),
+    ) -> list[CandidateRecord]: ...
 
 
 class SignalPlugin(Protocol):
@@ -83,10 +89,17 @@ class SignalPlugin(Protocol):
 class RankingPipeline:
     """Scores, diversifies and cuts a candidate set; pure Python, no database."""
 
-    def __init__(self, weights: RankingWeights = RankingWeights(), mmr_lambda: float = 1.0,
-                 score_floor: float = 0.0, signal_plugins: Sequence[SignalPlugin] = (), *,
-                 half_life_days: float = 30.0, access_saturation: int = 100,
-                 rank_constant: float = 10.0) -> None:
+    def __init__(
+        self,
+        weights: RankingWeights = RankingWeights(),
+        mmr_lambda: float = 1.0,
+        score_floor: float = 0.0,
+        signal_plugins: Sequence[SignalPlugin] = (),
+        *,
+        half_life_days: float = 30.0,
+        access_saturation: int = 100,
+        rank_constant: float = 10.0,
+    ) -> None:
         if not 0.0 <= mmr_lambda <= 1.0:
             raise ValueError("mmr_lambda must be between 0 and 1")
         if half_life_days <= 0 or access_saturation <= 0 or rank_constant <= 0:
@@ -103,14 +116,24 @@ class RankingPipeline:
         self.access_saturation = access_saturation
         self.rank_constant = rank_constant
 
-    def score(self, query: ProcessedQuery, candidates: Sequence[CandidateRecord],
-              submitted_sources: Sequence[str], now: dt.datetime | None = None,
-              boost: Sequence[str] = ()) -> None:
+    def score(
+        self,
+        query: ProcessedQuery,
+        candidates: Sequence[CandidateRecord],
+        submitted_sources: Sequence[str],
+        now: dt.datetime | None = None,
+        boost: Sequence[str] = (),
+    ) -> None:
         """Set final_score and explanation ({signal: weight * value}) on every candidate; the
         `boost` signals (a Route's signals, e.g. recency for episodic queries) weigh more."""
-        ctx = SignalContext(query, now or dt.datetime.now(dt.timezone.utc), frozenset(submitted_sources),
-                            retrieval_by_rank(candidates, self.rank_constant),
-                            self.half_life_days, self.access_saturation)
+        ctx = SignalContext(
+            query,
+            now or dt.datetime.now(dt.UTC),
+            frozenset(submitted_sources),
+            retrieval_by_rank(candidates, self.rank_constant),
+            self.half_life_days,
+            self.access_saturation,
+        )
         chosen = self.weights.boosted(boost) if boost else self.weights
         weights = {name: w for name, w in chosen.as_dict().items() if w}
         for candidate in candidates:
@@ -121,9 +144,15 @@ class RankingPipeline:
             candidate.explanation = explanation
             candidate.final_score = sum(explanation.values())
 
-    def rank(self, query: ProcessedQuery, candidates: list[CandidateRecord], top_k: int,
-             submitted_sources: Sequence[str], now: dt.datetime | None = None,
-             boost: Sequence[str] = ()) -> list[CandidateRecord]:
+    def rank(
+        self,
+        query: ProcessedQuery,
+        candidates: list[CandidateRecord],
+        top_k: int,
+        submitted_sources: Sequence[str],
+        now: dt.datetime | None = None,
+        boost: Sequence[str] = (),
+    ) -> list[CandidateRecord]:
         """The best top_k candidates above score_floor, scored and in MMR order."""
         if top_k <= 0:
             raise ValueError("top_k must be positive")
@@ -137,4 +166,3 @@ class RankingPipeline:
 def finalize(candidates: Sequence[CandidateRecord], top_k: int, score_floor: float = 0.0) -> list[CandidateRecord]:
     """The first top_k candidates whose final_score reaches score_floor, order kept."""
     return [c for c in candidates if c.final_score >= score_floor][:top_k]
-

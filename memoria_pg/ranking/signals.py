@@ -63,7 +63,7 @@ def recency(candidate: CandidateRecord, ctx: SignalContext) -> float:
 
 
 def _utc(value: dt.datetime) -> dt.datetime:
-    return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
 
 
 def importance(candidate: CandidateRecord, ctx: SignalContext) -> float:

@@ -3,8 +3,17 @@ declares its own name, precondition, fusion weights, score direction and score n
 
 from __future__ import annotations
 
-from .base import Source, Worker, WorkerContext
-from .registry import DEFAULT_WORKERS, FUSION_METHODS, RelevanceSource, WorkerRegistry
+from ...config import FUSION_METHODS
+from .base import FusionWeights, Source, Worker, WorkerContext
+from .registry import DEFAULT_WORKERS, RelevanceSource, WorkerRegistry
 
-__all__ = ["DEFAULT_WORKERS", "FUSION_METHODS", "RelevanceSource", "Source", "Worker", "WorkerContext",
-           "WorkerRegistry"]
+__all__ = [
+    "DEFAULT_WORKERS",
+    "FUSION_METHODS",
+    "FusionWeights",
+    "RelevanceSource",
+    "Source",
+    "Worker",
+    "WorkerContext",
+    "WorkerRegistry",
+]

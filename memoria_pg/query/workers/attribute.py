@@ -4,7 +4,7 @@ from typing import Any
 
 from ...config import Config
 from ...core.types import ProcessedQuery, Route, Shard
-from .base import Worker, WorkerContext
+from .base import FusionWeights, Worker, WorkerContext
 
 
 class AttributeWorker(Worker):
@@ -14,15 +14,19 @@ class AttributeWorker(Worker):
     sql_name = "workers/attribute"
     score_name = "attribute_distance"
     lower_is_better = True
-    weights = {"score": 0.3, "rrf": 0.6}
+    weights = FusionWeights(score=0.3, rrf=0.6)
 
     @classmethod
     def ready(cls, query: ProcessedQuery, route: Route, config: Config) -> bool:
         return bool(query.subject) and bool(query.attribute)
 
     def params(self, ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
-        return {"subject": ctx.query.subject, "attribute": ctx.query.attribute,
-                "memory_type": shard.memory_type, "limit": ctx.limit}
+        return {
+            "subject": ctx.query.subject,
+            "attribute": ctx.query.attribute,
+            "memory_type": shard.memory_type,
+            "limit": ctx.limit,
+        }
 
     def score(self, row: dict[str, Any]) -> float:
         return float(row["distance"])

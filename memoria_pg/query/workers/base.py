@@ -18,6 +18,14 @@ from ...db import load_sql
 Statement = tuple[str, dict[str, Any]]
 
 
+@dataclass(frozen=True)
+class FusionWeights:
+    """A source's weight in the fused retrieval score, per fusion method (Config.fusion_method)."""
+
+    score: float  # weighted sum of min-max normalized scores
+    rrf: float  # weighted reciprocal-rank fusion
+
+
 class Source:
     """A retrieval source as the final CTE sees it (sql/final_candidates.sql).
 
@@ -30,7 +38,7 @@ class Source:
     name: ClassVar[str]
     score_name: ClassVar[str]
     lower_is_better: ClassVar[bool] = False
-    weights: ClassVar[Mapping[str, float]]
+    weights: ClassVar[FusionWeights]
 
     @classmethod
     def fused_score(cls, hit: SourceHit) -> float:
@@ -106,7 +114,13 @@ class Worker(Source):
                 best[row["memory_id"]] = row
         ordered = sorted(best.values(), key=lambda r: (-sign * self.score(r), r["memory_id"]))
         return [
-            SourceHit(memory_id=r["memory_id"], source=self.name, rank=i + 1, score=self.score(r),
-                      memory_type=r.get("memory_type"), detail=self.detail(r))
+            SourceHit(
+                memory_id=r["memory_id"],
+                source=self.name,
+                rank=i + 1,
+                score=self.score(r),
+                memory_type=r.get("memory_type"),
+                detail=self.detail(r),
+            )
             for i, r in enumerate(ordered)
         ]

@@ -4,16 +4,20 @@ from typing import Any
 
 from ...config import Config
 from ...core.types import ProcessedQuery, Route, Shard
-from .base import Worker, WorkerContext
+from .base import FusionWeights, Worker, WorkerContext
 
 
 def bm25_params(ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
     # BM25 reads the expanded token set when query expansion ran (the spec's lexical path).
     terms = ctx.query.metadata.get("expanded_tokens") or ctx.query.tokens
     return {
-        "terms": list(terms), "types": ctx.shard_types, "memory_type": shard.memory_type,
-        "k1": ctx.config.bm25_k1, "b": ctx.config.bm25_b,
-        "per_term": ctx.config.bm25_postings_per_term, "limit": ctx.limit,
+        "terms": list(terms),
+        "types": ctx.shard_types,
+        "memory_type": shard.memory_type,
+        "k1": ctx.config.bm25_k1,
+        "b": ctx.config.bm25_b,
+        "per_term": ctx.config.bm25_postings_per_term,
+        "limit": ctx.limit,
     }
 
 
@@ -23,7 +27,7 @@ class BM25Worker(Worker):
     name = "bm25"
     sql_name = "workers/bm25"
     score_name = "bm25"
-    weights = {"score": 0.5, "rrf": 1.0}
+    weights = FusionWeights(score=0.5, rrf=1.0)
 
     @classmethod
     def ready(cls, query: ProcessedQuery, route: Route, config: Config) -> bool:

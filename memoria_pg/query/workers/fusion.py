@@ -5,7 +5,7 @@ from typing import Any
 from ...config import Config
 from ...core.types import ProcessedQuery, Route, Shard
 from ...db import load_sql
-from .base import Worker, WorkerContext
+from .base import FusionWeights, Worker, WorkerContext
 from .bm25 import bm25_params
 
 
@@ -15,7 +15,7 @@ class FusionWorker(Worker):
     name = "fusion"
     sql_name = "workers/fusion"
     score_name = "fusion"
-    weights = {"score": 0.5, "rrf": 1.0}
+    weights = FusionWeights(score=0.5, rrf=1.0)
 
     @classmethod
     def ready(cls, query: ProcessedQuery, route: Route, config: Config) -> bool:
@@ -24,14 +24,18 @@ class FusionWorker(Worker):
         return config.enable_fusion and "bm25" in route.workers and bool(query.tokens)
 
     def sql(self, ctx: WorkerContext) -> str:
-        return load_sql(self.sql_name).format(
-            vector=load_sql("workers/vector"), bm25=load_sql("workers/bm25"))
+        return load_sql(self.sql_name).format(vector=load_sql("workers/vector"), bm25=load_sql("workers/bm25"))
 
     def params(self, ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
         params = bm25_params(ctx, shard)
-        params.update(embedding=ctx.embedding, weight=ctx.config.fusion_semantic_weight,
-                      rrf_k=ctx.config.rrf_k, depth=ctx.config.rrf_depth, limit=ctx.config.rrf_depth,
-                      fusion_limit=ctx.limit)
+        params.update(
+            embedding=ctx.embedding,
+            weight=ctx.config.fusion_semantic_weight,
+            rrf_k=ctx.config.rrf_k,
+            depth=ctx.config.rrf_depth,
+            limit=ctx.config.rrf_depth,
+            fusion_limit=ctx.limit,
+        )
         return params
 
     def detail(self, row: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from ...config import Config
 from ...core.text import normalize_entity
 from ...core.types import ProcessedQuery, Route, Shard, SourceHit
 from ...db import load_sql
-from .base import Worker, WorkerContext
+from .base import FusionWeights, Worker, WorkerContext
 
 
 class GraphWorker(Worker):
@@ -23,7 +23,7 @@ class GraphWorker(Worker):
     sql_name = "workers/graph"
     score_name = "graph_hops"
     lower_is_better = True
-    weights = {"score": 0.0, "rrf": 0.0}
+    weights = FusionWeights(score=0.0, rrf=0.0)
 
     @classmethod
     def ready(cls, query: ProcessedQuery, route: Route, config: Config) -> bool:
@@ -38,9 +38,14 @@ class GraphWorker(Worker):
 
     def params(self, ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
         entities = sorted({normalize_entity(e) for e in ctx.query.entities})
-        return {"entities": entities, "depth": max(1, ctx.graph_depth),
-                "memory_type": shard.memory_type, "limit": ctx.graph_limit,
-                "fanout": ctx.config.graph_fanout, "entity_memories": ctx.config.graph_entity_memories}
+        return {
+            "entities": entities,
+            "depth": max(1, ctx.graph_depth),
+            "memory_type": shard.memory_type,
+            "limit": ctx.graph_limit,
+            "fanout": ctx.config.graph_fanout,
+            "entity_memories": ctx.config.graph_entity_memories,
+        }
 
     def score(self, row: dict[str, Any]) -> float:
         return float(row["hops"]) - min(float(row["entity_hits"]), 99.0) / 100.0

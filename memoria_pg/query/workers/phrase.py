@@ -5,7 +5,7 @@ from typing import Any
 from ...config import Config
 from ...core.text import tokenize
 from ...core.types import ProcessedQuery, Route, Shard
-from .base import Worker, WorkerContext
+from .base import FusionWeights, Worker, WorkerContext
 
 
 class PhraseWorker(Worker):
@@ -15,7 +15,7 @@ class PhraseWorker(Worker):
     name = "phrase"
     sql_name = "workers/phrase"
     score_name = "phrase"
-    weights = {"score": 0.0, "rrf": 0.0}  # auxiliary: adds candidates, feeds the phrase_hit signal
+    weights = FusionWeights(score=0.0, rrf=0.0)  # auxiliary: adds candidates, feeds the phrase_hit signal
 
     @classmethod
     def ready(cls, query: ProcessedQuery, route: Route, config: Config) -> bool:
@@ -27,9 +27,14 @@ class PhraseWorker(Worker):
             for term in dict.fromkeys(tokenize(phrase)):
                 term_phrase.append(ordinal)
                 terms.append(term)
-        return {"phrases": list(ctx.query.phrases), "term_phrase": term_phrase, "terms": terms,
-                "memory_type": shard.memory_type, "limit": ctx.limit,
-                "per_phrase": ctx.config.phrase_candidates}
+        return {
+            "phrases": list(ctx.query.phrases),
+            "term_phrase": term_phrase,
+            "terms": terms,
+            "memory_type": shard.memory_type,
+            "limit": ctx.limit,
+            "per_phrase": ctx.config.phrase_candidates,
+        }
 
     def score(self, row: dict[str, Any]) -> float:
         return float(row["matched"]) + float(row["score"])

@@ -11,7 +11,7 @@ from ...config import FUSION_METHODS, Config
 from ...core.types import ProcessedQuery, Route
 from ...errors import ConfigError
 from .attribute import AttributeWorker
-from .base import Source, Worker
+from .base import FusionWeights, Source, Worker
 from .bm25 import BM25Worker
 from .fusion import FusionWorker
 from .graph import GraphWorker
@@ -26,14 +26,13 @@ class RelevanceSource(Source):
     name = "relevance"
     score_name = "relevance"
     lower_is_better = True
-    weights = {"score": 0.15, "rrf": 0.3}
+    weights = FusionWeights(score=0.15, rrf=0.3)
 
 
 class WorkerRegistry(Mapping[str, type[Worker]]):
     """Worker classes by name (in declaration order), plus the sources that are not workers."""
 
-    def __init__(self, workers: Iterable[type[Worker]],
-                 sources: Iterable[type[Source]] = (RelevanceSource,)) -> None:
+    def __init__(self, workers: Iterable[type[Worker]], sources: Iterable[type[Source]] = (RelevanceSource,)) -> None:
         self._workers = {w.name: w for w in workers}
         self._sources: dict[str, type[Source]] = {**self._workers, **{s.name: s for s in sources}}
         for source in self._sources.values():
@@ -71,7 +70,7 @@ class WorkerRegistry(Mapping[str, type[Worker]]):
     def weights(self, method: str) -> dict[str, float]:
         if method not in FUSION_METHODS:
             raise ValueError(f"fusion method must be one of {list(FUSION_METHODS)}, got {method!r}")
-        return {name: float(s.weights[method]) for name, s in self._sources.items()}
+        return {name: float(getattr(s.weights, method)) for name, s in self._sources.items()}
 
     def lower_is_better(self) -> list[str]:
         return [name for name, s in self._sources.items() if s.lower_is_better]
@@ -85,12 +84,13 @@ def _check_declared(source: type[Any]) -> None:
     for attr in ("name", "score_name", "weights"):
         if not hasattr(source, attr):
             raise ConfigError(f"retrieval source {source.__name__} does not declare {attr!r}")
-    missing = [m for m in FUSION_METHODS if m not in source.weights]
-    if missing:
-        raise ConfigError(f"retrieval source {source.name!r} has no weight for fusion methods {missing}")
+    if not isinstance(source.weights, FusionWeights):
+        raise ConfigError(
+            f"retrieval source {source.name!r}: weights must be a FusionWeights (one weight per "
+            f"fusion method: {list(FUSION_METHODS)}), got {source.weights!r}"
+        )
     if issubclass(source, Worker) and not hasattr(source, "sql_name"):
         raise ConfigError(f"worker {source.name!r} does not declare its sql_name")
 
 
-DEFAULT_WORKERS = WorkerRegistry(
-    (VectorWorker, BM25Worker, GraphWorker, PhraseWorker, AttributeWorker, FusionWorker))
+DEFAULT_WORKERS = WorkerRegistry((VectorWorker, BM25Worker, GraphWorker, PhraseWorker, AttributeWorker, FusionWorker))

@@ -8,7 +8,7 @@ import psycopg
 from ...core.types import Shard
 from ...db import load_sql
 from ..shards import tenant_rows
-from .base import Statement, Worker, WorkerContext
+from .base import FusionWeights, Statement, Worker, WorkerContext
 
 
 class VectorWorker(Worker):
@@ -28,7 +28,7 @@ class VectorWorker(Worker):
     exact_sql_name = "workers/vector_exact"
     score_name = "vector_distance"
     lower_is_better = True
-    weights = {"score": 0.5, "rrf": 1.0}
+    weights = FusionWeights(score=0.5, rrf=1.0)
 
     def params(self, ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
         return {"embedding": ctx.embedding, "memory_type": shard.memory_type, "limit": ctx.limit}
@@ -36,9 +36,13 @@ class VectorWorker(Worker):
     def statements_for(self, conn: psycopg.Connection, ctx: WorkerContext) -> list[Statement]:
         limit = ctx.config.vector_exact_max_rows
         rows = {} if limit <= 0 else ctx.tenant_rows if ctx.tenant_rows is not None else tenant_rows(conn)
-        return [(load_sql(self.exact_sql_name if limit > 0 and exact(rows, shard, limit) else self.sql_name),
-                 self.params(ctx, shard))
-                for shard in ctx.shards]
+        return [
+            (
+                load_sql(self.exact_sql_name if limit > 0 and exact(rows, shard, limit) else self.sql_name),
+                self.params(ctx, shard),
+            )
+            for shard in ctx.shards
+        ]
 
     def score(self, row: dict[str, Any]) -> float:
         return float(row["distance"])
