@@ -47,11 +47,26 @@ def serve(dsn: str, n: int) -> None:
             i, mode = line.split()
             q = queries[int(i)]
             c0 = time.process_time()
-            d = system.query(q.text, tenant=q.tenant, memory_type=q.memory_type, ranking=mode == "ranked",
-                             v4=mode != "v3", embedding=vectors[int(i)]).diagnostics
-            print(json.dumps({"total_ms": d.total_ms, "retrieval_ms": d.retrieval_ms, "database_ms": d.database_ms,
-                              "worker_ms": d.worker_ms, "client_cpu_ms": (time.process_time() - c0) * 1000}),
-                  flush=True)
+            d = system.query(
+                q.text,
+                tenant=q.tenant,
+                memory_type=q.memory_type,
+                ranking=mode == "ranked",
+                v4=mode != "v3",
+                embedding=vectors[int(i)],
+            ).diagnostics
+            print(
+                json.dumps(
+                    {
+                        "total_ms": d.total_ms,
+                        "retrieval_ms": d.retrieval_ms,
+                        "database_ms": d.database_ms,
+                        "worker_ms": d.worker_ms,
+                        "client_cpu_ms": (time.process_time() - c0) * 1000,
+                    }
+                ),
+                flush=True,
+            )
 
 
 def child(root: Path, dsn: str, n: int) -> subprocess.Popen:
@@ -59,8 +74,9 @@ def child(root: Path, dsn: str, n: int) -> subprocess.Popen:
     # corpus and library modules: both sides build the same queries.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(HERE)])}
     code = f"import before_after; before_after.serve({dsn!r}, {n})"
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            cwd=root, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=root, env=env
+    )
     assert json.loads(proc.stdout.readline())["ready"]
     return proc
 
@@ -79,7 +95,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rev", required=True, help="the 'before' git revision")
     p.add_argument("--db", required=True, help="database name on the server of --dsn")
-    p.add_argument("--dsn", default=os.environ.get("MEMORIA_BENCH_DSN", "postgresql://postgres@127.0.0.1:55432/postgres"))
+    p.add_argument(
+        "--dsn", default=os.environ.get("MEMORIA_BENCH_DSN", "postgresql://postgres@127.0.0.1:55432/postgres")
+    )
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out", default="results/scale")
@@ -89,8 +107,9 @@ def main() -> int:
     params = psycopg.conninfo.conninfo_to_dict(args.dsn)
     params["dbname"] = args.db
     dsn = psycopg.conninfo.make_conninfo(**params)
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          cwd=REPO).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+    ).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "archive", args.rev], capture_output=True, check=True, cwd=REPO).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
@@ -104,41 +123,56 @@ def main() -> int:
         for _ in range(args.rounds):
             for mode in MODES:
                 for i in range(args.queries):
-                    for side in (("before", "after") if i % 2 == 0 else ("after", "before")):
+                    for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
                         res[mode][side].append(ask(sides[side], i, mode))
                 loads.append(os.getloadavg()[0])
         for proc in sides.values():
             proc.stdin.close()
             proc.wait()
 
-    lines = [f"# Before/after side by side: `{args.rev}` vs the working tree (HEAD {head}) on `{args.db}`", "",
-             f"Each side is its own process and MemorySystem on the same database, alternating per query "
-             f"(before then after, then after then before), {args.queries} queries x {args.rounds} rounds per "
-             f"mode, embedding supplied (HashEmbedder vectors). 1-minute load average during the passes "
-             f"{min(loads):.1f}..{max(loads):.1f} on {os.cpu_count()} CPUs. client_cpu_ms = CPU of the client "
-             f"process per query (all its threads).", "",
-             "| mode | measure | before p50 | after p50 | before / after (p50) | median per-query ratio | "
-             "before p95 | after p95 |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Before/after side by side: `{args.rev}` vs the working tree (HEAD {head}) on `{args.db}`",
+        "",
+        f"Each side is its own process and MemorySystem on the same database, alternating per query "
+        f"(before then after, then after then before), {args.queries} queries x {args.rounds} rounds per "
+        f"mode, embedding supplied (HashEmbedder vectors). 1-minute load average during the passes "
+        f"{min(loads):.1f}..{max(loads):.1f} on {os.cpu_count()} CPUs. client_cpu_ms = CPU of the client "
+        f"process per query (all its threads).",
+        "",
+        "| mode | measure | before p50 | after p50 | before / after (p50) | median per-query ratio | "
+        "before p95 | after p95 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for mode, label in MODES.items():
         b, a = res[mode]["before"], res[mode]["after"]
-        measures = [(k, [r[k] for r in b], [r[k] for r in a], True)
-                    for k in ("total_ms", "retrieval_ms", "database_ms", "client_cpu_ms")]
+        measures = [
+            (k, [r[k] for r in b], [r[k] for r in a], True)
+            for k in ("total_ms", "retrieval_ms", "database_ms", "client_cpu_ms")
+        ]
         if mode == "v4":
-            measures += [(f"worker {w}", [r["worker_ms"][w] for r in b if w in r["worker_ms"]],
-                          [r["worker_ms"][w] for r in a if w in r["worker_ms"]], False) for w in WORKERS]
+            measures += [
+                (
+                    f"worker {w}",
+                    [r["worker_ms"][w] for r in b if w in r["worker_ms"]],
+                    [r["worker_ms"][w] for r in a if w in r["worker_ms"]],
+                    False,
+                )
+                for w in WORKERS
+            ]
         for name, vb, va, paired in measures:
             if not vb or not va:
                 continue
             per_query = f"{statistics.median([x / y for x, y in zip(vb, va, strict=True) if y]):.2f}" if paired else "-"
-            lines.append(f"| {label} | {name} | {statistics.median(vb):.1f} | {statistics.median(va):.1f} | "
-                         f"{statistics.median(vb) / statistics.median(va):.2f} | {per_query} | {p95(vb):.1f} | "
-                         f"{p95(va):.1f} |")
+            lines.append(
+                f"| {label} | {name} | {statistics.median(vb):.1f} | {statistics.median(va):.1f} | "
+                f"{statistics.median(vb) / statistics.median(va):.2f} | {per_query} | {p95(vb):.1f} | "
+                f"{p95(va):.1f} |"
+            )
     text = "\n".join(lines) + "\n"
     stem = Path(args.out) / f"{time.strftime('%Y%m%dT%H%M%S')}-{args.db}-before-after"
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".md").write_text(text)
-    stem.with_suffix(".json").write_text(json.dumps({"args": vars(args), "head": head, "loads": loads,
-                                                     "results": res}))
+    stem.with_suffix(".json").write_text(json.dumps({"args": vars(args), "head": head, "loads": loads, "results": res}))
     print(text)
     return 0
 

@@ -33,37 +33,163 @@ Bristol Amsterdam Rotterdam Brussels Antwerp Copenhagen Oslo Stockholm Helsinki 
 Toronto Montreal Vancouver Boston Chicago Denver Seattle Portland Austin Atlanta Miami Tokyo Osaka Kyoto
 Seoul Singapore Sydney Melbourne Auckland Nairobi Lagos Accra Cairo Casablanca Istanbul Mumbai Delhi
 Bangalore Lima Bogota Santiago""".split()
-ORGS = ["Acme Corp", "Globex", "Initech", "Umbrella Labs", "Stark Industries", "Wayne Enterprises",
-        "Northwind Traders", "Contoso", "Fabrikam", "Tailspin Toys", "Wingtip Solutions", "Hooli",
-        "Pied Piper", "Vandelay Industries", "Soylent", "Cyberdyne", "Tyrell Systems", "Gringotts Bank",
-        "Oceanic Airlines", "Monarch Studios", "Blue Harbor Health", "Red Maple Analytics",
-        "Silver Birch Capital", "Copperline Logistics", "Lumen Robotics", "Nimbus Cloud", "Quartz Media",
-        "Bright Path Schools", "Evergreen Foods", "Helix Biotech", "Ironwood Builders", "Juniper Energy",
-        "Keystone Insurance", "Lighthouse Legal", "Meridian Hotels", "Nova Telecom", "Orchid Pharma",
-        "Pinnacle Sports", "Riverside Hospital", "Summit Outdoor", "Trident Shipping", "Vertex Games"]
+ORGS = [
+    "Acme Corp",
+    "Globex",
+    "Initech",
+    "Umbrella Labs",
+    "Stark Industries",
+    "Wayne Enterprises",
+    "Northwind Traders",
+    "Contoso",
+    "Fabrikam",
+    "Tailspin Toys",
+    "Wingtip Solutions",
+    "Hooli",
+    "Pied Piper",
+    "Vandelay Industries",
+    "Soylent",
+    "Cyberdyne",
+    "Tyrell Systems",
+    "Gringotts Bank",
+    "Oceanic Airlines",
+    "Monarch Studios",
+    "Blue Harbor Health",
+    "Red Maple Analytics",
+    "Silver Birch Capital",
+    "Copperline Logistics",
+    "Lumen Robotics",
+    "Nimbus Cloud",
+    "Quartz Media",
+    "Bright Path Schools",
+    "Evergreen Foods",
+    "Helix Biotech",
+    "Ironwood Builders",
+    "Juniper Energy",
+    "Keystone Insurance",
+    "Lighthouse Legal",
+    "Meridian Hotels",
+    "Nova Telecom",
+    "Orchid Pharma",
+    "Pinnacle Sports",
+    "Riverside Hospital",
+    "Summit Outdoor",
+    "Trident Shipping",
+    "Vertex Games",
+]
 COLOURS = "teal red blue green yellow orange purple black white grey pink turquoise navy maroon".split()
-FOODS = ["sushi", "pizza", "ramen", "tacos", "paella", "lasagna", "curry", "dumplings", "falafel",
-         "pad thai", "risotto", "pho", "burritos", "moussaka", "goulash", "pierogi"]
-HOBBIES = ["hiking", "chess", "gardening", "photography", "climbing", "cycling", "knitting", "pottery",
-           "sailing", "painting", "running", "swimming", "birdwatching", "baking", "woodworking"]
+FOODS = [
+    "sushi",
+    "pizza",
+    "ramen",
+    "tacos",
+    "paella",
+    "lasagna",
+    "curry",
+    "dumplings",
+    "falafel",
+    "pad thai",
+    "risotto",
+    "pho",
+    "burritos",
+    "moussaka",
+    "goulash",
+    "pierogi",
+]
+HOBBIES = [
+    "hiking",
+    "chess",
+    "gardening",
+    "photography",
+    "climbing",
+    "cycling",
+    "knitting",
+    "pottery",
+    "sailing",
+    "painting",
+    "running",
+    "swimming",
+    "birdwatching",
+    "baking",
+    "woodworking",
+]
 MUSIC = ["jazz", "classical", "hip hop", "folk", "techno", "blues", "opera", "reggae", "punk", "soul"]
 DRINKS = ["tea", "coffee", "green tea", "espresso", "sparkling water", "orange juice", "cold brew"]
 PETS = ["dog", "cat", "parrot", "rabbit", "hamster", "turtle"]
 PET_NAMES = """Rex Luna Milo Bella Max Coco Oreo Pepper Biscuit Ziggy Nala Simba Mochi Pixel Waffles
 Juniper Tofu Ginger Shadow Pumpkin""".split()
-JOBS = ["nurse", "software engineer", "teacher", "architect", "accountant", "chef", "pilot", "lawyer",
-        "data scientist", "carpenter", "pharmacist", "journalist", "product manager", "electrician",
-        "designer", "veterinarian", "dentist", "librarian", "physiotherapist", "translator"]
+JOBS = [
+    "nurse",
+    "software engineer",
+    "teacher",
+    "architect",
+    "accountant",
+    "chef",
+    "pilot",
+    "lawyer",
+    "data scientist",
+    "carpenter",
+    "pharmacist",
+    "journalist",
+    "product manager",
+    "electrician",
+    "designer",
+    "veterinarian",
+    "dentist",
+    "librarian",
+    "physiotherapist",
+    "translator",
+]
 # Phrases the phrase worker can find; also the topics of meetings and notes.
-TOPICS = ["quarterly budget review", "product launch plan", "database migration", "hiring plan",
-          "customer onboarding", "security audit", "marketing campaign", "office move", "annual report",
-          "supplier contract", "travel policy", "release schedule", "performance review",
-          "team offsite", "data retention policy", "holiday rota", "cloud costs", "support backlog",
-          "pricing change", "mobile app redesign", "board presentation", "sales forecast",
-          "incident postmortem", "training programme", "warehouse inventory", "website refresh"]
+TOPICS = [
+    "quarterly budget review",
+    "product launch plan",
+    "database migration",
+    "hiring plan",
+    "customer onboarding",
+    "security audit",
+    "marketing campaign",
+    "office move",
+    "annual report",
+    "supplier contract",
+    "travel policy",
+    "release schedule",
+    "performance review",
+    "team offsite",
+    "data retention policy",
+    "holiday rota",
+    "cloud costs",
+    "support backlog",
+    "pricing change",
+    "mobile app redesign",
+    "board presentation",
+    "sales forecast",
+    "incident postmortem",
+    "training programme",
+    "warehouse inventory",
+    "website refresh",
+]
 # Words in most templates: their posting lists grow with N (the BM25 common-term case).
-COMMON = ["meeting", "team", "project", "time", "work", "week", "plan", "call", "update", "notes",
-          "people", "good", "today", "next", "new", "budget", "deadline", "noted"]
+COMMON = [
+    "meeting",
+    "team",
+    "project",
+    "time",
+    "work",
+    "week",
+    "plan",
+    "call",
+    "update",
+    "notes",
+    "people",
+    "good",
+    "today",
+    "next",
+    "new",
+    "budget",
+    "deadline",
+    "noted",
+]
 CONCEPTS = [
     ("mortgage", "a loan used to buy property, repaid with interest over many years"),
     ("photosynthesis", "the process plants use to turn light, water and carbon dioxide into sugar"),
@@ -91,12 +217,18 @@ CONCEPTS = [
     ("composting", "letting organic waste decompose into fertile soil"),
 ]
 TASKS = [
-    ("reset the router", ["unplug it for thirty seconds", "hold the reset button for ten seconds",
-                          "wait for the lights to turn green"]),
-    ("file an expense report", ["scan the receipts", "fill in the expense form in the portal",
-                                "send it to your manager for approval"]),
-    ("bake sourdough bread", ["feed the starter the night before", "mix flour water and salt",
-                              "bake at high heat in a covered pot"]),
+    (
+        "reset the router",
+        ["unplug it for thirty seconds", "hold the reset button for ten seconds", "wait for the lights to turn green"],
+    ),
+    (
+        "file an expense report",
+        ["scan the receipts", "fill in the expense form in the portal", "send it to your manager for approval"],
+    ),
+    (
+        "bake sourdough bread",
+        ["feed the starter the night before", "mix flour water and salt", "bake at high heat in a covered pot"],
+    ),
     ("renew a passport", ["fill in the renewal form", "attach two recent photos", "pay the fee online"]),
     ("set up the VPN", ["install the client", "import the configuration file", "sign in with your token"]),
     ("change a bike tyre", ["release the brake", "lever the old tyre off", "seat the new tyre and inflate"]),
@@ -104,15 +236,39 @@ TASKS = [
     ("book a meeting room", ["open the calendar", "pick a free room", "add the dial-in details"]),
     ("clean the coffee machine", ["empty the grounds", "run a descaling cycle", "rinse twice with water"]),
     ("restore a backup", ["stop the application", "copy the snapshot back", "check the row counts"]),
-    ("request annual leave", ["check the holiday rota", "submit the dates in the HR system",
-                              "wait for approval from your manager"]),
-    ("onboard a new customer", ["send the welcome pack", "schedule the kickoff call",
-                                "create their account in the billing system"]),
+    (
+        "request annual leave",
+        ["check the holiday rota", "submit the dates in the HR system", "wait for approval from your manager"],
+    ),
+    (
+        "onboard a new customer",
+        ["send the welcome pack", "schedule the kickoff call", "create their account in the billing system"],
+    ),
 ]
-EVENTS = ["lunch", "dinner", "a workshop", "the conference", "a coffee", "the standup", "a retro",
-          "the offsite", "a video call", "the all hands", "a site visit", "the kickoff"]
-WHEN = ["Yesterday", "Last week", "Last Monday", "Last Friday", "This morning", "Today", "Last month",
-        "Last night"]  # all sentence starters the entity rules ignore, so they do not become entities
+EVENTS = [
+    "lunch",
+    "dinner",
+    "a workshop",
+    "the conference",
+    "a coffee",
+    "the standup",
+    "a retro",
+    "the offsite",
+    "a video call",
+    "the all hands",
+    "a site visit",
+    "the kickoff",
+]
+WHEN = [
+    "Yesterday",
+    "Last week",
+    "Last Monday",
+    "Last Friday",
+    "This morning",
+    "Today",
+    "Last month",
+    "Last night",
+]  # all sentence starters the entity rules ignore, so they do not become entities
 # The long tail: lower-case words sampled by a Zipf-like law so term frequencies look natural.
 TAIL = """budget deadline invoice contract schedule design review feedback report customer client server
 bug feature release test launch campaign office travel flight hotel train ticket visa meeting agenda
@@ -187,11 +343,24 @@ def universe(seed: int, n_tenants: int, people_per_tenant: int = 300) -> Univers
         names = rng.sample([f"{first} {last}" for first in FIRST for last in LAST], people_per_tenant)
         places = rng.sample(PLACES, 40)
         orgs = rng.sample(ORGS, 24)
-        people = [Person(name=n, location=rng.choice(places), employer=rng.choice(orgs),
-                         occupation=rng.choice(JOBS), birthplace=rng.choice(PLACES), spouse=None,
-                         pet=rng.choice(PETS), pet_name=rng.choice(PET_NAMES), colour=rng.choice(COLOURS),
-                         food=rng.choice(FOODS), hobby=rng.choice(HOBBIES), music=rng.choice(MUSIC),
-                         drink=rng.choice(DRINKS)) for n in names]
+        people = [
+            Person(
+                name=n,
+                location=rng.choice(places),
+                employer=rng.choice(orgs),
+                occupation=rng.choice(JOBS),
+                birthplace=rng.choice(PLACES),
+                spouse=None,
+                pet=rng.choice(PETS),
+                pet_name=rng.choice(PET_NAMES),
+                colour=rng.choice(COLOURS),
+                food=rng.choice(FOODS),
+                hobby=rng.choice(HOBBIES),
+                music=rng.choice(MUSIC),
+                drink=rng.choice(DRINKS),
+            )
+            for n in names
+        ]
         for a, b in zip(people[0::2][: len(people) // 6], people[1::2][: len(people) // 6], strict=True):
             a.spouse, b.spouse = b.name, a.name
         out.tenants.append(Tenant(f"tenant_{t:02d}", people, places, orgs, weight=1.0 + (t % 4) / 3))
@@ -199,7 +368,7 @@ def universe(seed: int, n_tenants: int, people_per_tenant: int = 300) -> Univers
 
 
 TYPE_WEIGHTS = {"general": 25, "episodic": 25, "semantic": 10, "procedural": 10, "preference": 15, "fact": 15}
-EPOCH = dt.datetime(2024, 12, 1, tzinfo=dt.timezone.utc)
+EPOCH = dt.datetime(2024, 12, 1, tzinfo=dt.UTC)
 SPAN_DAYS = 700
 
 
@@ -212,12 +381,21 @@ class _Text:
     def person(self) -> Person:
         # A few people are mentioned far more often than others, as in real conversations.
         people = self.t.people
-        return people[min(int(self.rng.paretovariate(1.2)) - 1, len(people) - 1)] \
-            if self.rng.random() < 0.3 else self.rng.choice(people)
+        return (
+            people[min(int(self.rng.paretovariate(1.2)) - 1, len(people) - 1)]
+            if self.rng.random() < 0.3
+            else self.rng.choice(people)
+        )
 
     def tail(self, k: int) -> str:
-        words = {TAIL[min(int(self.rng.paretovariate(0.8)) - 1, len(TAIL) - 1) if self.rng.random() < 0.4
-                      else self.rng.randrange(len(TAIL))] for _ in range(k)}
+        words = {
+            TAIL[
+                min(int(self.rng.paretovariate(0.8)) - 1, len(TAIL) - 1)
+                if self.rng.random() < 0.4
+                else self.rng.randrange(len(TAIL))
+            ]
+            for _ in range(k)
+        }
         return ", ".join(sorted(words, key=lambda w: self.rng.random()))
 
     def date(self) -> str:
@@ -241,59 +419,69 @@ class _Text:
 
     def preference(self) -> str:
         p, r = self.person(), self.rng
-        return r.choice([
-            f"{p.name}'s favourite colour is {p.colour}, mentioned during {r.choice(EVENTS)}.",
-            f"{p.name}'s favourite food is {p.food}. They said so at {r.choice(EVENTS)} in {p.location}.",
-            f"{p.name} likes {p.hobby} at the weekend and {r.choice(['often', 'sometimes'])} invites people from work.",
-            f"{p.name} prefers {p.drink} in the morning; no {r.choice(DRINKS)} after lunch.",
-            f"{p.name} really enjoys {p.music} music, especially live at {r.choice(EVENTS)}.",
-            f"I prefer {r.choice(DRINKS)} during a long {r.choice(['team meeting', 'call', 'planning session'])}.",
-        ]) + self.extra(0.3)
+        return r.choice(
+            [
+                f"{p.name}'s favourite colour is {p.colour}, mentioned during {r.choice(EVENTS)}.",
+                f"{p.name}'s favourite food is {p.food}. They said so at {r.choice(EVENTS)} in {p.location}.",
+                f"{p.name} likes {p.hobby} at the weekend and {r.choice(['often', 'sometimes'])} invites people from work.",
+                f"{p.name} prefers {p.drink} in the morning; no {r.choice(DRINKS)} after lunch.",
+                f"{p.name} really enjoys {p.music} music, especially live at {r.choice(EVENTS)}.",
+                f"I prefer {r.choice(DRINKS)} during a long {r.choice(['team meeting', 'call', 'planning session'])}.",
+            ]
+        ) + self.extra(0.3)
 
     def episodic(self) -> str:
         p, q, r = self.person(), self.person(), self.rng
         topic = r.choice(TOPICS)
-        return r.choice([
-            f"{r.choice(WHEN)} {p.name} and {q.name} met at {r.choice(self.t.orgs)} in "
-            f"{r.choice(self.t.places)} to discuss the {topic}.",
-            f"{r.choice(WHEN)} I had {r.choice(EVENTS)} with {p.name} about the {topic}; the team agreed on a "
-            f"plan for next {r.choice(['week', 'month', 'quarter'])}.",
-            f"{r.choice(WHEN)} the {r.choice(['weekly team meeting', 'project call', 'update call'])} with {p.name} "
-            f"ran late because of the {topic}.",
-            f"{r.choice(WHEN)} {p.name} flew to {r.choice(PLACES)} for {r.choice(EVENTS)} with {q.name} "
-            f"from {q.employer}.",
-        ]) + self.extra(0.7)
+        return r.choice(
+            [
+                f"{r.choice(WHEN)} {p.name} and {q.name} met at {r.choice(self.t.orgs)} in "
+                f"{r.choice(self.t.places)} to discuss the {topic}.",
+                f"{r.choice(WHEN)} I had {r.choice(EVENTS)} with {p.name} about the {topic}; the team agreed on a "
+                f"plan for next {r.choice(['week', 'month', 'quarter'])}.",
+                f"{r.choice(WHEN)} the {r.choice(['weekly team meeting', 'project call', 'update call'])} with {p.name} "
+                f"ran late because of the {topic}.",
+                f"{r.choice(WHEN)} {p.name} flew to {r.choice(PLACES)} for {r.choice(EVENTS)} with {q.name} "
+                f"from {q.employer}.",
+            ]
+        ) + self.extra(0.7)
 
     def semantic(self) -> str:
         concept, definition = self.rng.choice(CONCEPTS)
-        return self.rng.choice([
-            f"A {concept} is {definition}.",
-            f"The term {concept} means {definition}; {self.person().name} explained it at {self.rng.choice(EVENTS)}.",
-            f"We use {concept} at {self.rng.choice(self.t.orgs)}: it is {definition}.",
-        ]) + self.extra(0.4)
+        return self.rng.choice(
+            [
+                f"A {concept} is {definition}.",
+                f"The term {concept} means {definition}; {self.person().name} explained it at {self.rng.choice(EVENTS)}.",
+                f"We use {concept} at {self.rng.choice(self.t.orgs)}: it is {definition}.",
+            ]
+        ) + self.extra(0.4)
 
     def procedural(self) -> str:
         r = self.rng
         task, steps = r.choice(TASKS)
-        return self.rng.choice([
-            f"How to {task}: first {steps[0]}, then {steps[1]}, and finally {steps[2]}.",
-            f"When you need to {task}, {steps[0]} and {steps[1]}. {self.person().name} says to {steps[2]}.",
-            f"I showed the {r.choice(['team', 'new people', 'project group'])} how to {task}; remember to {steps[1]}.",
-        ]) + self.extra(0.4)
+        return self.rng.choice(
+            [
+                f"How to {task}: first {steps[0]}, then {steps[1]}, and finally {steps[2]}.",
+                f"When you need to {task}, {steps[0]} and {steps[1]}. {self.person().name} says to {steps[2]}.",
+                f"I showed the {r.choice(['team', 'new people', 'project group'])} how to {task}; remember to {steps[1]}.",
+            ]
+        ) + self.extra(0.4)
 
     def general(self) -> str:
         p, r = self.person(), self.rng
-        return r.choice([
-            f"Had a long call with {p.name} about the {r.choice(TOPICS)}; {p.name} will send the meeting notes "
-            f"and a project update by {self.date()}.",
-            f"We need to sort out the {r.choice(TOPICS)} before next week's team meeting with "
-            f"{r.choice(self.t.orgs)}.",
-            f"The team liked the {r.choice(TOPICS)} idea from {p.name}; good time to plan the next steps.",
-            f"Remember to ask {p.name} about the {r.choice(TAIL)} and the {r.choice(TAIL)} for "
-            f"{r.choice(self.t.orgs)}.",
-            f"I spent the {r.choice(['morning', 'afternoon', 'whole day'])} on the {r.choice(TOPICS)} in "
-            f"{r.choice(self.t.places)}; the new plan needs more work.",
-        ]) + self.extra(0.6)
+        return r.choice(
+            [
+                f"Had a long call with {p.name} about the {r.choice(TOPICS)}; {p.name} will send the meeting notes "
+                f"and a project update by {self.date()}.",
+                f"We need to sort out the {r.choice(TOPICS)} before next week's team meeting with "
+                f"{r.choice(self.t.orgs)}.",
+                f"The team liked the {r.choice(TOPICS)} idea from {p.name}; good time to plan the next steps.",
+                f"Remember to ask {p.name} about the {r.choice(TAIL)} and the {r.choice(TAIL)} for "
+                f"{r.choice(self.t.orgs)}.",
+                f"I spent the {r.choice(['morning', 'afternoon', 'whole day'])} on the {r.choice(TOPICS)} in "
+                f"{r.choice(self.t.places)}; the new plan needs more work.",
+            ]
+        ) + self.extra(0.6)
 
     def extra(self, probability: float) -> str:
         if self.rng.random() >= probability:
@@ -303,8 +491,9 @@ class _Text:
         return f" Also noted: {self.tail(self.rng.randint(2, 6))}."
 
 
-def memories(n: int, *, seed: int = 7, n_tenants: int = 10, world: Universe | None = None,
-             embed=None) -> Iterator[dict]:
+def memories(
+    n: int, *, seed: int = 7, n_tenants: int = 10, world: Universe | None = None, embed=None
+) -> Iterator[dict]:
     """n memory records (dicts for MemorySystem.store_many), generated one at a time.
 
     `embed(text) -> vector` supplies each record's embedding (so ingestion does not embed).
@@ -323,8 +512,12 @@ def memories(n: int, *, seed: int = 7, n_tenants: int = 10, world: Universe | No
         # Few memories are marked highly important: the relevance pool's fast path stays the exception.
         importance = 0.95 if rng.random() < 0.005 else round(rng.betavariate(2, 3) * 0.85, 3)
         record = {
-            "content": text, "tenant": tenant.name, "memory_type": memory_type, "metadata": metadata,
-            "importance": importance, "pinned": rng.random() < 0.001,
+            "content": text,
+            "tenant": tenant.name,
+            "memory_type": memory_type,
+            "metadata": metadata,
+            "importance": importance,
+            "pinned": rng.random() < 0.001,
             "created_at": EPOCH + dt.timedelta(seconds=rng.randrange(SPAN_DAYS * 86400)),
         }
         if embed is not None:
@@ -348,8 +541,7 @@ def queries(count: int, *, seed: int = 7, n_tenants: int = 10, world: Universe |
     """`count` distinct queries of every category, tenants in turn."""
     world = world or universe(seed, n_tenants)
     rng = random.Random(f"{seed}:queries")
-    plan = (["attribute"] * 6 + ["entity"] * 3 + ["common"] * 4 + ["keyword"] * 2 + ["phrase"] * 2
-            + ["typed"] * 3)
+    plan = ["attribute"] * 6 + ["entity"] * 3 + ["common"] * 4 + ["keyword"] * 2 + ["phrase"] * 2 + ["typed"] * 3
     out: list[Query] = []
     seen: set[tuple[str, str]] = set()
     i = 0
@@ -370,26 +562,50 @@ def _query(category: str, tenant: Tenant, rng: random.Random) -> Query:
         template, field_name = rng.choice(ATTRIBUTE_QUESTIONS)
         if field_name == "spouse" and p.spouse is None:
             template, field_name = ATTRIBUTE_QUESTIONS[2]
-        return Query(template.format(name=p.name, pet=p.pet), tenant.name, category,
-                     expect=getattr(p, field_name), subject=p.name)
+        return Query(
+            template.format(name=p.name, pet=p.pet),
+            tenant.name,
+            category,
+            expect=getattr(p, field_name),
+            subject=p.name,
+        )
     if category == "entity":
-        return Query(rng.choice([f"What do I know about {p.name} and {p.employer}?",
-                                 f"{p.name} {rng.choice(tenant.places)}",
-                                 f"Tell me about {p.name}",
-                                 f"Who met {p.name} at {rng.choice(tenant.orgs)}?"]), tenant.name, category)
+        return Query(
+            rng.choice(
+                [
+                    f"What do I know about {p.name} and {p.employer}?",
+                    f"{p.name} {rng.choice(tenant.places)}",
+                    f"Tell me about {p.name}",
+                    f"Who met {p.name} at {rng.choice(tenant.orgs)}?",
+                ]
+            ),
+            tenant.name,
+            category,
+        )
     if category == "common":
         return Query(" ".join(rng.sample(COMMON, rng.randint(1, 3))), tenant.name, category)
     if category == "keyword":
         return Query(f"{rng.choice(TOPICS)} {rng.choice(TAIL)} {rng.choice(TAIL)}", tenant.name, category)
     if category == "phrase":
-        return Query(rng.choice([f'notes about "{rng.choice(TOPICS)}"', f'"{rng.choice(TOPICS)}"',
-                                 f'who discussed the "{rng.choice(TOPICS)}" with {p.name}']), tenant.name, category)
-    memory_type, text = rng.choice([
-        ("procedural", f"how to {rng.choice(TASKS)[0]}"),
-        ("episodic", f"when did {p.name} meet about the {rng.choice(TOPICS)}"),
-        ("semantic", f"definition of {rng.choice(CONCEPTS)[0]}"),
-        ("preference", f"what does {p.name} like"),
-        ("fact", f"{p.name} {rng.choice(['lives', 'works', 'born'])}"),
-        ("general", f"{rng.choice(COMMON)} {rng.choice(TOPICS)}"),
-    ])
+        return Query(
+            rng.choice(
+                [
+                    f'notes about "{rng.choice(TOPICS)}"',
+                    f'"{rng.choice(TOPICS)}"',
+                    f'who discussed the "{rng.choice(TOPICS)}" with {p.name}',
+                ]
+            ),
+            tenant.name,
+            category,
+        )
+    memory_type, text = rng.choice(
+        [
+            ("procedural", f"how to {rng.choice(TASKS)[0]}"),
+            ("episodic", f"when did {p.name} meet about the {rng.choice(TOPICS)}"),
+            ("semantic", f"definition of {rng.choice(CONCEPTS)[0]}"),
+            ("preference", f"what does {p.name} like"),
+            ("fact", f"{p.name} {rng.choice(['lives', 'works', 'born'])}"),
+            ("general", f"{rng.choice(COMMON)} {rng.choice(TOPICS)}"),
+        ]
+    )
     return Query(text, tenant.name, "typed", memory_type=memory_type)

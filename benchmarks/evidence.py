@@ -6,13 +6,12 @@ import re
 from typing import Any
 
 import numpy as np
+from library import sql_text
+from phases import Bench
 from psycopg import sql
 from psycopg.types.string import StrDumper
 
 from memoria_pg import Diagnostics, MemorySystem
-
-from library import sql_text
-from phases import Bench
 
 
 def explain(conn, text: str, params: dict[str, Any]) -> tuple[float, list[str]]:
@@ -21,8 +20,9 @@ def explain(conn, text: str, params: dict[str, Any]) -> tuple[float, list[str]]:
     cur.adapters.register_dumper(str, StrDumper)
     rows = cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + text, params).fetchall()
     lines = [r[0] for r in rows]
-    exec_ms = sum(float(line.split(":")[1].split()[0]) for line in lines
-                  if line.startswith(("Execution Time", "Planning Time")))
+    exec_ms = sum(
+        float(line.split(":")[1].split()[0]) for line in lines if line.startswith(("Execution Time", "Planning Time"))
+    )
     return exec_ms, lines
 
 
@@ -78,18 +78,31 @@ def plans(bench: Bench, v4_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         query, _, ctx, _ = bench.context(i)
         if worker == "tsrank":
             tsquery = " | ".join("'" + t + "'" for t in query.tokens)
-            statements = [(sql_text("workers/bm25_tsrank"), {"tsquery": tsquery, "memory_type": s.memory_type,
-                                                             "limit": ctx.limit}) for s in ctx.shards]
+            statements = [
+                (
+                    sql_text("workers/bm25_tsrank"),
+                    {"tsquery": tsquery, "memory_type": s.memory_type, "limit": ctx.limit},
+                )
+                for s in ctx.shards
+            ]
         else:
             with system.db.transaction(query.tenant) as conn:
                 statements = registry[worker]().statements_for(conn, ctx)
         for text, params in statements:
             with system.db.transaction(query.tenant) as conn:
                 exec_ms, lines = explain(conn, text, params)
-            out.append({"what": worker, "query": bench.queries[i].text, "tenant": query.tenant,
-                        "category": bench.queries[i].category, "shard": params.get("memory_type"),
-                        "in_query_worker_ms": v4_rows[i]["worker_ms"].get(worker), "execution_ms": exec_ms,
-                        "plan": lines})
+            out.append(
+                {
+                    "what": worker,
+                    "query": bench.queries[i].text,
+                    "tenant": query.tenant,
+                    "category": bench.queries[i].category,
+                    "shard": params.get("memory_type"),
+                    "in_query_worker_ms": v4_rows[i]["worker_ms"].get(worker),
+                    "execution_ms": exec_ms,
+                    "plan": lines,
+                }
+            )
     typed = [i for i, r in enumerate(v4_rows) if "vector" in r["worker_ms"] and r["shards"] != ["*"]]
     if typed:  # the vector worker on a tenant-filtered partition, custom and generic plan
         i = max(typed, key=lambda i: v4_rows[i]["worker_ms"]["vector"])
@@ -99,10 +112,18 @@ def plans(bench: Bench, v4_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for what, fn in (("vector (custom plan)", explain), ("vector (generic plan)", explain_generic)):
             with system.db.transaction(query.tenant) as conn:
                 exec_ms, lines = fn(conn, text, params)
-            out.append({"what": what, "query": bench.queries[i].text, "tenant": query.tenant,
-                        "category": bench.queries[i].category, "shard": params.get("memory_type"),
-                        "in_query_worker_ms": v4_rows[i]["worker_ms"]["vector"], "execution_ms": exec_ms,
-                        "plan": lines})
+            out.append(
+                {
+                    "what": what,
+                    "query": bench.queries[i].text,
+                    "tenant": query.tenant,
+                    "category": bench.queries[i].category,
+                    "shard": params.get("memory_type"),
+                    "in_query_worker_ms": v4_rows[i]["worker_ms"]["vector"],
+                    "execution_ms": exec_ms,
+                    "plan": lines,
+                }
+            )
     slow = max(range(len(v4_rows)), key=lambda i: v4_rows[i]["database_ms"])
     query, _, ctx, tasks = bench.context(slow)
     hits = dict(scheduler.run(tasks, tenant=query.tenant, deadline_ms=cfg.retrieval_deadline_ms).hits)
@@ -110,9 +131,19 @@ def plans(bench: Bench, v4_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     statement, params = system.pipeline.candidate_statement(hits)
     with system.db.transaction(query.tenant) as conn:
         exec_ms, lines = explain(conn, statement, params)
-    out.append({"what": "final_cte", "query": bench.queries[slow].text, "tenant": query.tenant,
-                "category": bench.queries[slow].category, "shard": None, "hits": len(params["ids"]),
-                "in_query_worker_ms": v4_rows[slow]["database_ms"], "execution_ms": exec_ms, "plan": lines})
+    out.append(
+        {
+            "what": "final_cte",
+            "query": bench.queries[slow].text,
+            "tenant": query.tenant,
+            "category": bench.queries[slow].category,
+            "shard": None,
+            "hits": len(params["ids"]),
+            "in_query_worker_ms": v4_rows[slow]["database_ms"],
+            "execution_ms": exec_ms,
+            "plan": lines,
+        }
+    )
     return out
 
 
@@ -126,15 +157,18 @@ def plan_cache(system: MemorySystem) -> list[dict[str, Any]]:
         pass
     for conn in conns:
         for _name, statement, generic, custom in conn.execute(
-                "SELECT name, statement, generic_plans, custom_plans FROM pg_prepared_statements").fetchall():
-            rows.append({"statement": " ".join(statement.split())[:90], "generic_plans": generic,
-                         "custom_plans": custom})
+            "SELECT name, statement, generic_plans, custom_plans FROM pg_prepared_statements"
+        ).fetchall():
+            rows.append(
+                {"statement": " ".join(statement.split())[:90], "generic_plans": generic, "custom_plans": custom}
+            )
     for conn in conns:
         system.db.pool.putconn(conn)
     merged: dict[str, dict[str, Any]] = {}
     for r in rows:
-        m = merged.setdefault(r["statement"], {"statement": r["statement"], "generic_plans": 0,
-                                               "custom_plans": 0, "connections": 0})
+        m = merged.setdefault(
+            r["statement"], {"statement": r["statement"], "generic_plans": 0, "custom_plans": 0, "connections": 0}
+        )
         m["generic_plans"] += r["generic_plans"]
         m["custom_plans"] += r["custom_plans"]
         m["connections"] += 1

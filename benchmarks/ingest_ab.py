@@ -42,10 +42,9 @@ def parse_variant(text: str) -> dict:
 
 def child(args) -> int:
     """Runs with the measured library (PYTHONPATH: the variant's checkout): one store_many pass, JSON on stdout."""
-    import psycopg
-
     import corpus
     import ingestion
+    import psycopg
     from timing import CpuMeter
 
     from memoria_pg import Config, MemorySystem
@@ -54,8 +53,7 @@ def child(args) -> int:
     world = corpus.universe(args.seed, args.tenants)
     run = argparse.Namespace(n=args.n, seed=args.seed, tenants=args.tenants, batch_size=args.batch)
     load0 = os.getloadavg()[0]
-    with MemorySystem(config, auto_migrate=False) as system, \
-            psycopg.connect(args.child_dsn, autocommit=True) as admin:
+    with MemorySystem(config, auto_migrate=False) as system, psycopg.connect(args.child_dsn, autocommit=True) as admin:
         meter = CpuMeter(admin)
         before = meter.snapshot()
         result = ingestion.ingest(system, run, world)
@@ -63,8 +61,9 @@ def child(args) -> int:
         # What the database holds (the admin user bypasses row-level security): must equal `inserted`.
         result["stored"] = admin.execute("SELECT count(*) FROM memoria.memories").fetchone()[0]
         result["stored_postings"] = admin.execute("SELECT count(*) FROM memoria.memory_terms").fetchone()[0]
-        result["stored_docs"] = int(admin.execute("SELECT coalesce(sum(n_docs), 0) FROM memoria.bm25_docs")
-                                    .fetchone()[0])
+        result["stored_docs"] = int(
+            admin.execute("SELECT coalesce(sum(n_docs), 0) FROM memoria.bm25_docs").fetchone()[0]
+        )
     result["load"] = (load0 + os.getloadavg()[0]) / 2
     print(json.dumps(result, default=str))
     return 0
@@ -84,8 +83,14 @@ def fresh_database(admin: str, name: str, revision: str) -> str:
     # default memory types (DEFAULT_MEMORY_TYPES) and without the AGE graph.
     env = {**os.environ, "PYTHONPATH": str(REPO), "MEMORIA_DSN": dsn, "MEMORIA_USE_AGE": "false"}
     env.pop("MEMORIA_MEMORY_TYPES", None)
-    proc = subprocess.run([sys.executable, "-m", "memoria_pg.cli", "db", "upgrade", revision], env=env, cwd=REPO,
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "memoria_pg.cli", "db", "upgrade", revision],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"migrating {name} to {revision} failed:\n{proc.stdout}{proc.stderr[-4000:]}")
     return dsn
@@ -99,8 +104,19 @@ def measure(args, variant: dict) -> dict:
     env.pop("MEMORIA_DSN", None)
     if "writers" in variant:
         env["MEMORIA_INGEST_WRITERS"] = variant["writers"]
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--child-dsn", dsn, "--n", str(args.n),
-           "--seed", str(args.seed), "--tenants", str(args.tenants)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        "--child-dsn",
+        dsn,
+        "--n",
+        str(args.n),
+        "--seed",
+        str(args.seed),
+        "--tenants",
+        str(args.tenants),
+    ]
     if "batch" in variant:
         cmd += ["--batch", variant["batch"]]
     proc = subprocess.run(cmd, env=env, cwd=variant["code"], capture_output=True, text=True, check=False)
@@ -125,35 +141,48 @@ def markdown(args, variants: list[dict], runs: dict[str, list[dict]]) -> str:
     def f(x, nd=1):
         return "-" if x is None else f"{x:,.{nd}f}"
 
-    lines = [f"# Ingestion side by side: {args.n:,} memories, {args.rounds} round(s), {os.cpu_count()} CPUs",
-             "", "Vectors supplied (HashEmbedder), indexes in place, fresh database per run, variants alternated. "
-             "Medians over the rounds.", "",
-             "| variant | code | schema | writers | memories/s (library) | memories/s (wall) | CPU ms/memory "
-             "(client + server) | client | server | RSS 10% MB | RSS 100% MB | load (1-min avg) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Ingestion side by side: {args.n:,} memories, {args.rounds} round(s), {os.cpu_count()} CPUs",
+        "",
+        "Vectors supplied (HashEmbedder), indexes in place, fresh database per run, variants alternated. "
+        "Medians over the rounds.",
+        "",
+        "| variant | code | schema | writers | memories/s (library) | memories/s (wall) | CPU ms/memory "
+        "(client + server) | client | server | RSS 10% MB | RSS 100% MB | load (1-min avg) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for v in variants:
         rs = runs[v["name"]]
-        lines.append(f"| {v['name']} | {v['code']} | {v['revision']} | {v.get('writers', 'default')} | "
-                     f"{f(med(rs, 'library_rate'), 0)} | {f(med(rs, 'rate'), 0)} | "
-                     f"{f(med(rs, 'cpu_ms_per_memory'), 2)} | "
-                     f"{f(med(rs, 'client_cpu_ms_per_memory'), 2)} | {f(med(rs, 'server_cpu_ms_per_memory'), 2)} | "
-                     f"{f(med(rs, 'rss_10_mb'))} | {f(med(rs, 'rss_100_mb'))} | {f(med(rs, 'load'))} |")
+        lines.append(
+            f"| {v['name']} | {v['code']} | {v['revision']} | {v.get('writers', 'default')} | "
+            f"{f(med(rs, 'library_rate'), 0)} | {f(med(rs, 'rate'), 0)} | "
+            f"{f(med(rs, 'cpu_ms_per_memory'), 2)} | "
+            f"{f(med(rs, 'client_cpu_ms_per_memory'), 2)} | {f(med(rs, 'server_cpu_ms_per_memory'), 2)} | "
+            f"{f(med(rs, 'rss_10_mb'))} | {f(med(rs, 'rss_100_mb'))} | {f(med(rs, 'load'))} |"
+        )
     base = runs[variants[0]["name"]]
     for v in variants[1:]:
         a, b = med(base, "library_rate"), med(runs[v["name"]], "library_rate")
         ca, cb = med(base, "cpu_ms_per_memory"), med(runs[v["name"]], "cpu_ms_per_memory")
         if a and b and ca and cb:
-            lines += ["", f"{v['name']} / {variants[0]['name']}: memories/s x{b / a:.2f}, "
-                          f"CPU per memory x{cb / ca:.2f}."]
-    lines += ["", "Every run (memories/s library, CPU ms/memory, write steps in seconds summed over batches "
-              "and writers):", ""]
+            lines += [
+                "",
+                f"{v['name']} / {variants[0]['name']}: memories/s x{b / a:.2f}, CPU per memory x{cb / ca:.2f}.",
+            ]
+    lines += [
+        "",
+        "Every run (memories/s library, CPU ms/memory, write steps in seconds summed over batches and writers):",
+        "",
+    ]
     for v in variants:
         for r in runs[v["name"]]:
             steps = ", ".join(f"{k} {s:.1f}" for k, s in list(r["write_steps_s"].items())[:8])
-            lines.append(f"- {v['name']}: {r['library_rate']:,.0f}/s, {r['cpu_ms_per_memory']:.2f} ms, "
-                         f"prepare {r['prepare_s']:.1f} s, write {r['write_s']:.1f} s ({steps}), load {r['load']:.1f}; "
-                         f"inserted {r['inserted']:,}, stored {r.get('stored', 0):,} memories, "
-                         f"{r.get('stored_postings', 0):,} postings, {r.get('stored_docs', 0):,} BM25 documents")
+            lines.append(
+                f"- {v['name']}: {r['library_rate']:,.0f}/s, {r['cpu_ms_per_memory']:.2f} ms, "
+                f"prepare {r['prepare_s']:.1f} s, write {r['write_s']:.1f} s ({steps}), load {r['load']:.1f}; "
+                f"inserted {r['inserted']:,}, stored {r.get('stored', 0):,} memories, "
+                f"{r.get('stored_postings', 0):,} postings, {r.get('stored_docs', 0):,} BM25 documents"
+            )
     return "\n".join(lines)
 
 
@@ -181,15 +210,20 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.time()
             result = measure(args, v)
             runs[v["name"]].append(result)
-            print(f"[{time.strftime('%H:%M:%S')}] round {r + 1} {v['name']}: {result['library_rate']:,.0f}/s, "
-                  f"{result['cpu_ms_per_memory']:.2f} CPU ms/memory, load {result['load']:.1f} "
-                  f"({time.time() - t0:.0f} s); inserted {result['inserted']:,}, stored {result['stored']:,}, "
-                  f"BM25 documents {result['stored_docs']:,}", file=sys.stderr, flush=True)
+            print(
+                f"[{time.strftime('%H:%M:%S')}] round {r + 1} {v['name']}: {result['library_rate']:,.0f}/s, "
+                f"{result['cpu_ms_per_memory']:.2f} CPU ms/memory, load {result['load']:.1f} "
+                f"({time.time() - t0:.0f} s); inserted {result['inserted']:,}, stored {result['stored']:,}, "
+                f"BM25 documents {result['stored_docs']:,}",
+                file=sys.stderr,
+                flush=True,
+            )
     text = markdown(args, variants, runs)
     print(text)
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "variants": variants, "runs": runs},
-                                              indent=1, default=str))
+        Path(args.json).write_text(
+            json.dumps({"args": vars(args), "variants": variants, "runs": runs}, indent=1, default=str)
+        )
     return 0
 
 

@@ -24,10 +24,10 @@ import statistics
 import sys
 import time
 
-from memoria_pg import Config, MemorySystem
-
 import corpus
 import library
+
+from memoria_pg import Config, MemorySystem
 
 
 class _Rollback(Exception):
@@ -42,8 +42,7 @@ def backend_cpu_ns(pid: int) -> int:
 class _MeteredConnection:
     """Adds each statement's server CPU to `spent` under the name of its sql/ingest file."""
 
-    def __init__(self, conn, pid: int, names: dict[str, str], spent: dict[str, int],
-                 plans: dict[str, str] | None):
+    def __init__(self, conn, pid: int, names: dict[str, str], spent: dict[str, int], plans: dict[str, str] | None):
         self._conn, self._pid, self._names, self._spent, self._plans = conn, pid, names, spent, plans
 
     def execute(self, query, params=None, **kw):
@@ -73,16 +72,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=99)
     p.add_argument("--tenants", type=int, default=10)
     p.add_argument("--plans", action="store_true", help="print the plans (of the first tenant)")
-    p.add_argument("--setup", action="append", default=[],
-                   help="SQL run as the login user at the start of every rolled-back batch (an experiment: "
-                        "e.g. DROP INDEX memoria.memories_relevance, to see what the index costs)")
+    p.add_argument(
+        "--setup",
+        action="append",
+        default=[],
+        help="SQL run as the login user at the start of every rolled-back batch (an experiment: "
+        "e.g. DROP INDEX memoria.memories_relevance, to see what the index costs)",
+    )
     args = p.parse_args(argv)
-    names = {library.sql_text(f"ingest/{path.stem}"): path.stem
-             for path in sorted((library.sql_dir() / "ingest").glob("*.sql"))}
+    names = {
+        library.sql_text(f"ingest/{path.stem}"): path.stem
+        for path in sorted((library.sql_dir() / "ingest").glob("*.sql"))
+    }
     embed = library.hash_embed()
     world = corpus.universe(7, args.tenants)  # the tenants of the stored corpus, new texts
-    records = list(corpus.memories(args.batch * args.repeat, seed=args.seed, n_tenants=args.tenants,
-                                   world=world, embed=embed))
+    records = list(
+        corpus.memories(args.batch * args.repeat, seed=args.seed, n_tenants=args.tenants, world=world, embed=embed)
+    )
     config = Config.from_env(dsn=args.dsn, use_age=False, pool_min_size=1, pool_max_size=2)
     runs: list[dict[str, float]] = []
     plans: dict[str, str] = {}
@@ -128,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
         setattr(ing, copy_name, metered_copy)
         for r in range(args.repeat + (1 if args.plans else 0)):
-            batch = records[(r % args.repeat) * args.batch:(r % args.repeat + 1) * args.batch]
+            batch = records[(r % args.repeat) * args.batch : (r % args.repeat + 1) * args.batch]
             state["spent"] = {}
             state["plans"] = plans if r == args.repeat else None
             c0 = time.thread_time_ns()
@@ -147,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
     server = sum(v for k, v in med.items() if "(client)" not in k)
     client = sum(v for k, v in med.items() if "(client)" in k)
-    print(f"{args.batch} records a batch, {args.repeat} batches rolled back; median CPU ms per memory: "
-          f"server {server:.3f} + client {client:.3f} = {server + client:.3f}")
+    print(
+        f"{args.batch} records a batch, {args.repeat} batches rolled back; median CPU ms per memory: "
+        f"server {server:.3f} + client {client:.3f} = {server + client:.3f}"
+    )
     for k in keys:
         print(f"  {k:28s} {med[k]:.4f}")
     for name, text in plans.items():

@@ -7,11 +7,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-from psycopg import sql
-
 import corpus
 import library
+import psycopg
+from psycopg import sql
 from timing import log, peak_rss_mb, rss_mb
 
 if TYPE_CHECKING:  # ingest_ab.py runs this module with other checkouts' libraries too
@@ -33,6 +32,7 @@ def timed_calls(fn, acc: dict[str, float], key: str):
             return fn(*a, **kw)
         finally:
             _add(acc, key, time.perf_counter() - t0)
+
     return wrapper
 
 
@@ -49,8 +49,15 @@ def timed_iter(items, acc: dict[str, float], key: str):
         yield item
 
 
-INGEST_SQL = ("stage", "insert_memories", "insert_terms", "update_docs", "update_df", "insert_entities",
-              "insert_attributes")
+INGEST_SQL = (
+    "stage",
+    "insert_memories",
+    "insert_terms",
+    "update_docs",
+    "update_df",
+    "insert_entities",
+    "insert_attributes",
+)
 
 
 def _ingest_statements() -> dict[str, str]:
@@ -73,8 +80,13 @@ class _TimedConnection:
 
     def execute(self, query, params=None, **kw):
         name = self._names.get(query) if isinstance(query, str) else None
-        name = name or ("truncate" if str(query).startswith("TRUNCATE") else
-                        "select_ids" if "row_no, memory_id" in str(query) else "other")
+        name = name or (
+            "truncate"
+            if str(query).startswith("TRUNCATE")
+            else "select_ids"
+            if "row_no, memory_id" in str(query)
+            else "other"
+        )
         t0 = time.perf_counter()
         try:
             return self._conn.execute(query, params, **kw)
@@ -139,9 +151,9 @@ def ingest(system: MemorySystem, args, world: corpus.Universe) -> dict[str, Any]
     setattr(ing, write, timed_calls(getattr(ing, write), spent, "write_s"))
     setattr(ing, copy, timed_calls(getattr(ing, copy), spent, "sql_copy_s"))
     ing.db = _TimedDatabase(ing.db, spent)
-    records = timed_iter(corpus.memories(args.n, seed=args.seed, n_tenants=args.tenants, world=world,
-                                         embed=embed),
-                         spent, "generate_s")
+    records = timed_iter(
+        corpus.memories(args.n, seed=args.seed, n_tenants=args.tenants, world=world, embed=embed), spent, "generate_s"
+    )
     marks = [(m, max(1, round(args.n * m))) for m in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)]
     samples: list[dict[str, float]] = []
     done = 0
@@ -153,10 +165,19 @@ def ingest(system: MemorySystem, args, world: corpus.Universe) -> dict[str, Any]
         done += k
         while marks and done >= marks[0][1]:
             fraction, _ = marks.pop(0)
-            samples.append({"fraction": fraction, "done": done, "elapsed_s": time.perf_counter() - t0,
-                            "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()})
-            log(f"ingest {done}/{args.n} ({fraction:.0%}) {done / (time.perf_counter() - t0):.0f}/s "
-                f"rss {rss_mb():.0f} MB")
+            samples.append(
+                {
+                    "fraction": fraction,
+                    "done": done,
+                    "elapsed_s": time.perf_counter() - t0,
+                    "rss_mb": rss_mb(),
+                    "peak_rss_mb": peak_rss_mb(),
+                }
+            )
+            log(
+                f"ingest {done}/{args.n} ({fraction:.0%}) {done / (time.perf_counter() - t0):.0f}/s "
+                f"rss {rss_mb():.0f} MB"
+            )
 
     result = system.store_many(records, batch_size=args.batch_size, progress=progress)
     elapsed = time.perf_counter() - t0
@@ -168,15 +189,24 @@ def ingest(system: MemorySystem, args, world: corpus.Universe) -> dict[str, Any]
             prev_done, prev_t = s["done"], s["elapsed_s"]
     library_s = elapsed - spent.get("generate_s", 0.0)
     return {
-        "records": args.n, "inserted": result.inserted, "duplicates": result.duplicates,
-        "copy_rows": result.copy_rows, "batch_size": args.batch_size or system.config.ingest_batch_size,
+        "records": args.n,
+        "inserted": result.inserted,
+        "duplicates": result.duplicates,
+        "copy_rows": result.copy_rows,
+        "batch_size": args.batch_size or system.config.ingest_batch_size,
         "writers": getattr(system.config, "ingest_writers", 1),
-        "elapsed_s": elapsed, "rate": args.n / elapsed, "library_s": library_s, "library_rate": args.n / library_s,
-        "generate_s": spent.get("generate_s", 0.0), "prepare_s": spent.get("prepare_s", 0.0),
+        "elapsed_s": elapsed,
+        "rate": args.n / elapsed,
+        "library_s": library_s,
+        "library_rate": args.n / library_s,
+        "generate_s": spent.get("generate_s", 0.0),
+        "prepare_s": spent.get("prepare_s", 0.0),
         "write_s": spent.get("write_s", 0.0),
         "write_steps_s": {k[4:-2]: v for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if k.startswith("sql_")},
-        "rss_start_mb": rss_start, "rss": [s for s in samples if s["fraction"] in RSS_MARKS],
-        "peak_rss_mb": peak_rss_mb(), "deciles": deciles,
+        "rss_start_mb": rss_start,
+        "rss": [s for s in samples if s["fraction"] in RSS_MARKS],
+        "peak_rss_mb": peak_rss_mb(),
+        "deciles": deciles,
     }
 
 
@@ -189,25 +219,46 @@ def vacuum_analyze(dsn: str) -> float:
 
 def corpus_stats(dsn: str) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:  # the admin user bypasses row-level security
-        counts = {t: conn.execute(sql.SQL("SELECT count(*) FROM memoria.{}").format(sql.Identifier(t))).fetchone()[0]
-                  for t in ("memories", "memory_terms", "bm25_terms", "entities", "memory_entities",
-                            "entity_edges", "memory_attributes")}
-        by_type = dict(conn.execute("SELECT memory_type, count(*) FROM memoria.memories GROUP BY 1 ORDER BY 1")
-                       .fetchall())
-        tenants = conn.execute("SELECT min(n), max(n), count(*) FROM (SELECT count(*) n FROM memoria.memories "
-                               "GROUP BY tenant) s").fetchone()
-        sizes = dict(conn.execute(
-            "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'memoria' AND c.relkind IN ('r','p') "
-            "ORDER BY 2 DESC").fetchall())
-        hnsw = conn.execute("SELECT coalesce(sum(pg_relation_size(i.indexrelid)), 0) FROM pg_index i "
-                            "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam "
-                            "WHERE a.amname = 'hnsw'").fetchone()[0]
+        counts = {
+            t: conn.execute(sql.SQL("SELECT count(*) FROM memoria.{}").format(sql.Identifier(t))).fetchone()[0]
+            for t in (
+                "memories",
+                "memory_terms",
+                "bm25_terms",
+                "entities",
+                "memory_entities",
+                "entity_edges",
+                "memory_attributes",
+            )
+        }
+        by_type = dict(
+            conn.execute("SELECT memory_type, count(*) FROM memoria.memories GROUP BY 1 ORDER BY 1").fetchall()
+        )
+        tenants = conn.execute(
+            "SELECT min(n), max(n), count(*) FROM (SELECT count(*) n FROM memoria.memories GROUP BY tenant) s"
+        ).fetchone()
+        sizes = dict(
+            conn.execute(
+                "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'memoria' AND c.relkind IN ('r','p') "
+                "ORDER BY 2 DESC"
+            ).fetchall()
+        )
+        hnsw = conn.execute(
+            "SELECT coalesce(sum(pg_relation_size(i.indexrelid)), 0) FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam "
+            "WHERE a.amname = 'hnsw'"
+        ).fetchone()[0]
         db_size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
-        max_df = conn.execute("SELECT term, sum(df) FROM memoria.bm25_terms GROUP BY term ORDER BY 2 DESC LIMIT 8"
-                              ).fetchall()
-    return {"counts": counts, "by_type": by_type,
-            "tenants": {"min": tenants[0], "max": tenants[1], "count": tenants[2]},
-            "db_size_mb": float(db_size) / 2**20, "hnsw_mb": float(hnsw) / 2**20,
-            "largest_tables_mb": {k: v / 2**20 for k, v in list(sizes.items())[:8]},
-            "most_common_terms": [(t, int(n)) for t, n in max_df]}
+        max_df = conn.execute(
+            "SELECT term, sum(df) FROM memoria.bm25_terms GROUP BY term ORDER BY 2 DESC LIMIT 8"
+        ).fetchall()
+    return {
+        "counts": counts,
+        "by_type": by_type,
+        "tenants": {"min": tenants[0], "max": tenants[1], "count": tenants[2]},
+        "db_size_mb": float(db_size) / 2**20,
+        "hnsw_mb": float(hnsw) / 2**20,
+        "largest_tables_mb": {k: v / 2**20 for k, v in list(sizes.items())[:8]},
+        "most_common_terms": [(t, int(n)) for t, n in max_df],
+    }

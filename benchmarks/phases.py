@@ -6,14 +6,13 @@ import concurrent.futures as cf
 import time
 from typing import Any
 
-import psycopg
-
-from memoria_pg import Config, Diagnostics, HashEmbedder, MemorySystem, QueryRequest, WorkerContext, normalize
-
 import corpus
+import psycopg
 import report
 from library import sql_text
 from timing import log, ms_since
+
+from memoria_pg import Config, Diagnostics, HashEmbedder, MemorySystem, QueryRequest, WorkerContext, normalize
 
 DIM = 384
 
@@ -27,8 +26,14 @@ class Bench:
 
     def query(self, i: int, *, v4: bool = True, ranking: bool = False, embedding: bool = True):
         q = self.queries[i]
-        return self.system.query(q.text, tenant=q.tenant, memory_type=q.memory_type, ranking=ranking, v4=v4,
-                                 embedding=self.vectors[i] if embedding else None)
+        return self.system.query(
+            q.text,
+            tenant=q.tenant,
+            memory_type=q.memory_type,
+            ranking=ranking,
+            v4=v4,
+            embedding=self.vectors[i] if embedding else None,
+        )
 
     def context(self, i: int):
         """The query's bound worker tasks, built the way QueryPipeline.retrieve builds them."""
@@ -45,27 +50,43 @@ def answered(response, q: corpus.Query) -> bool | None:
     if q.expect is None:
         return None
     want = q.expect.casefold()
-    return any(want in m.content.casefold() and q.subject.casefold() in m.content.casefold()
-               for m in response.memories)
+    return any(want in m.content.casefold() and q.subject.casefold() in m.content.casefold() for m in response.memories)
 
 
 def record(q: corpus.Query, response) -> dict[str, Any]:
     d = response.diagnostics
-    return {"text": q.text, "tenant": q.tenant, "category": q.category, "memory_type": q.memory_type,
-            "route": d.route, "shards": d.shards, "total_ms": d.total_ms, "embedding_ms": d.embedding_ms,
-            "processing_ms": d.query_processing_ms, "retrieval_ms": d.retrieval_ms, "database_ms": d.database_ms,
-            "ranking_ms": d.ranking_ms, "worker_ms": dict(d.worker_ms), "worker_hits": dict(d.worker_hits),
-            "finish": d.retrieval_finish_reason, "failed": dict(d.worker_errors),
-            "relevance_fast_path": d.relevance_fast_path, "candidates": d.candidate_count,
-            "answered": answered(response, q)}
+    return {
+        "text": q.text,
+        "tenant": q.tenant,
+        "category": q.category,
+        "memory_type": q.memory_type,
+        "route": d.route,
+        "shards": d.shards,
+        "total_ms": d.total_ms,
+        "embedding_ms": d.embedding_ms,
+        "processing_ms": d.query_processing_ms,
+        "retrieval_ms": d.retrieval_ms,
+        "database_ms": d.database_ms,
+        "ranking_ms": d.ranking_ms,
+        "worker_ms": dict(d.worker_ms),
+        "worker_hits": dict(d.worker_hits),
+        "finish": d.retrieval_finish_reason,
+        "failed": dict(d.worker_errors),
+        "relevance_fast_path": d.relevance_fast_path,
+        "candidates": d.candidate_count,
+        "answered": answered(response, q),
+    }
 
 
 def latency_passes(bench: Bench, hnsw: Bench | None = None) -> dict[str, list[dict[str, Any]]]:
     """V4 retrieval-only, V3 retrieval-only and V4 with ranking, interleaved per query; with `hnsw`
     (a Bench on a system configured with vector_exact_max_rows=0), also V4 retrieval-only with the
     vector worker on HNSW for every tenant: the vector search before the exact path existed."""
-    modes = {"v4": (bench, dict(v4=True, ranking=False)), "v3": (bench, dict(v4=False, ranking=False)),
-             "v4_ranked": (bench, dict(v4=True, ranking=True))}
+    modes = {
+        "v4": (bench, dict(v4=True, ranking=False)),
+        "v3": (bench, dict(v4=False, ranking=False)),
+        "v4_ranked": (bench, dict(v4=True, ranking=True)),
+    }
     if hnsw is not None:
         modes["v4_hnsw"] = (hnsw, dict(v4=True, ranking=False))
     out: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
@@ -80,8 +101,11 @@ def latency_passes(bench: Bench, hnsw: Bench | None = None) -> dict[str, list[di
 def cpu_cost(bench: Bench, meter) -> dict[str, dict[str, Any]]:
     """CPU per query (client + PostgreSQL backends), each mode as its own sequential pass."""
     out = {}
-    for mode, kw in (("v4", dict(v4=True, ranking=False)), ("v3", dict(v4=False, ranking=False)),
-                     ("v4_ranked", dict(v4=True, ranking=True))):
+    for mode, kw in (
+        ("v4", dict(v4=True, ranking=False)),
+        ("v3", dict(v4=False, ranking=False)),
+        ("v4_ranked", dict(v4=True, ranking=True)),
+    ):
         before = meter.snapshot()
         t0 = time.perf_counter()
         for i in range(len(bench.queries)):
@@ -89,8 +113,12 @@ def cpu_cost(bench: Bench, meter) -> dict[str, dict[str, Any]]:
         wall = time.perf_counter() - t0
         cpu = meter.since(before)
         n = len(bench.queries)
-        out[mode] = {"queries": n, "wall_ms": wall * 1000 / n, "client_cpu_ms": cpu["client_s"] * 1000 / n,
-                     "server_cpu_ms": None if cpu["server_s"] is None else cpu["server_s"] * 1000 / n}
+        out[mode] = {
+            "queries": n,
+            "wall_ms": wall * 1000 / n,
+            "client_cpu_ms": cpu["client_s"] * 1000 / n,
+            "server_cpu_ms": None if cpu["server_s"] is None else cpu["server_s"] * 1000 / n,
+        }
     return out
 
 
@@ -106,7 +134,7 @@ def concurrent_vs_sequential(bench: Bench) -> list[dict[str, Any]]:
         t0 = time.perf_counter()
         scheduler.run(noop, tenant=q.tenant, deadline_ms=system.config.retrieval_deadline_ms)
         timings["noop_concurrent_ms"] = ms_since(t0)
-        for way in (("concurrent", "sequential") if i % 2 == 0 else ("sequential", "concurrent")):
+        for way in ("concurrent", "sequential") if i % 2 == 0 else ("sequential", "concurrent"):
             t0 = time.perf_counter()
             if way == "concurrent":
                 result = scheduler.run(tasks, tenant=q.tenant, deadline_ms=system.config.retrieval_deadline_ms)
@@ -130,7 +158,7 @@ def bm25_vs_tsrank(bench: Bench) -> list[dict[str, Any]]:
             continue
         tsrank = _tsrank_task(baseline, query.tokens, ctx)
         timings: dict[str, Any] = {"category": q.category, "tokens": list(query.tokens), "shards": len(ctx.shards)}
-        for way in (("bm25", "tsrank") if i % 2 == 0 else ("tsrank", "bm25")):
+        for way in ("bm25", "tsrank") if i % 2 == 0 else ("tsrank", "bm25"):
             with system.db.transaction(q.tenant) as conn:
                 t0 = time.perf_counter()
                 hits = bm25().run(conn, ctx) if way == "bm25" else [r for rs in tsrank(conn) for r in rs]
@@ -151,9 +179,12 @@ def plan_modes(bench: Bench) -> list[dict[str, Any]]:
         query, _, ctx, tasks = bench.context(i)
         for name in tasks:
             worker = system.pipeline.registry[name]()
-            row: dict[str, Any] = {"worker": name, "category": q.category,
-                                   "typed": ctx.shards[0].memory_type is not None}
-            for mode in (("custom", "generic") if i % 2 == 0 else ("generic", "custom")):
+            row: dict[str, Any] = {
+                "worker": name,
+                "category": q.category,
+                "typed": ctx.shards[0].memory_type is not None,
+            }
+            for mode in ("custom", "generic") if i % 2 == 0 else ("generic", "custom"):
                 with system.db.transaction(q.tenant) as conn:
                     conn.execute(f"SET LOCAL plan_cache_mode = force_{mode}_plan")
                     t0 = time.perf_counter()
@@ -192,7 +223,7 @@ def rls_cost(bench: Bench, dsn: str) -> list[dict[str, Any]]:
                 runs["tsrank"] = _tsrank_task(baseline, query.tokens, ctx)
             for name, fn in runs.items():
                 row: dict[str, Any] = {"worker": name, "category": q.category}
-                for who in (("app", "owner") if i % 2 == 0 else ("owner", "app")):
+                for who in ("app", "owner") if i % 2 == 0 else ("owner", "app"):
                     if who == "app":
                         with system.db.transaction(q.tenant) as conn:
                             t0 = time.perf_counter()
@@ -210,8 +241,10 @@ def rls_cost(bench: Bench, dsn: str) -> list[dict[str, Any]]:
 
 def _tsrank_task(baseline: str, tokens: list[str], ctx: WorkerContext):
     tsquery = " | ".join("'" + t.replace("'", "''") + "'" for t in tokens)
-    return lambda conn: [conn.execute(baseline, {"tsquery": tsquery, "memory_type": shard.memory_type,
-                                                 "limit": ctx.limit}).fetchall() for shard in ctx.shards]
+    return lambda conn: [
+        conn.execute(baseline, {"tsquery": tsquery, "memory_type": shard.memory_type, "limit": ctx.limit}).fetchall()
+        for shard in ctx.shards
+    ]
 
 
 def throughput(bench: Bench, levels: list[int], rounds: int) -> list[dict[str, Any]]:
@@ -225,8 +258,16 @@ def throughput(bench: Bench, levels: list[int], rounds: int) -> list[dict[str, A
             wall = time.perf_counter() - t0
         latencies = [d.total_ms for d in diags]
         failures = sum(1 for d in diags if d.worker_errors)
-        out.append({"threads": threads, "queries": len(jobs), "wall_s": wall, "qps": len(jobs) / wall,
-                    "latency": report.summary(latencies), "queries_with_failed_workers": failures})
+        out.append(
+            {
+                "threads": threads,
+                "queries": len(jobs),
+                "wall_s": wall,
+                "qps": len(jobs) / wall,
+                "latency": report.summary(latencies),
+                "queries_with_failed_workers": failures,
+            }
+        )
         log(f"throughput {threads} threads: {len(jobs) / wall:.1f} q/s")
     return out
 
@@ -246,8 +287,12 @@ def with_model(config: Config, queries: list[corpus.Query]) -> dict[str, Any]:
     default_threads = torch.get_num_threads()
     # Torch's default intra-op thread count (one per core) competes with PostgreSQL for the same
     # cores; the second half repeats the passes with one thread (process setting, library untouched).
-    passes = (("v4", False, default_threads), ("v4_ranked", True, default_threads),
-              ("v4_1thread", False, 1), ("v4_ranked_1thread", True, 1))
+    passes = (
+        ("v4", False, default_threads),
+        ("v4_ranked", True, default_threads),
+        ("v4_1thread", False, 1),
+        ("v4_ranked_1thread", True, 1),
+    )
     # A one-entry cache: consecutive queries differ, so every query pays its embedding.
     with MemorySystem(config.replace(query_cache_size=1), embedder=model, auto_migrate=False) as system:
         rows: dict[str, list[dict[str, Any]]] = {}
@@ -259,5 +304,9 @@ def with_model(config: Config, queries: list[corpus.Query]) -> dict[str, Any]:
                 rows[mode].append(record(q, r))
         misses = system.query_embedder.misses
     torch.set_num_threads(default_threads)
-    return {"model": getattr(model, "name", "?"), "embedder_misses": misses, "rows": rows,
-            "torch_default_threads": default_threads}
+    return {
+        "model": getattr(model, "name", "?"),
+        "embedder_misses": misses,
+        "rows": rows,
+        "torch_default_threads": default_threads,
+    }

@@ -19,22 +19,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg import sql
-
-from memoria_pg import DEFAULT_MEMORY_TYPES, Config, MemorySystem, start_embedded_server
-
 import corpus
 import evidence
 import ingestion
 import phases
+import psycopg
 import report
+from psycopg import sql
 from timing import CpuMeter, LoadMonitor, log
+
+from memoria_pg import DEFAULT_MEMORY_TYPES, Config, MemorySystem, start_embedded_server
 
 DEFAULT_ADMIN_DSN = "postgresql://postgres@127.0.0.1:55432/postgres"
 
 
 # -- setup ---------------------------------------------------------------------------------------
+
 
 def with_db(dsn: str, dbname: str) -> str:
     params = psycopg.conninfo.conninfo_to_dict(dsn)
@@ -68,38 +68,65 @@ def fresh_database(admin: str, name: str) -> str:
 
 def environment(admin: str, dsn: str) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        settings = {name: conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()[0]
-                    for name in ("server_version", "shared_buffers", "work_mem", "effective_cache_size",
-                                 "max_parallel_workers_per_gather", "jit", "synchronous_commit",
-                                 "random_page_cost", "plan_cache_mode")}
+        settings = {
+            name: conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()[0]
+            for name in (
+                "server_version",
+                "shared_buffers",
+                "work_mem",
+                "effective_cache_size",
+                "max_parallel_workers_per_gather",
+                "jit",
+                "synchronous_commit",
+                "random_page_cost",
+                "plan_cache_mode",
+            )
+        }
         settings["extensions"] = dict(conn.execute("SELECT extname, extversion FROM pg_extension").fetchall())
     repo = Path(__file__).resolve().parent.parent
     try:
-        git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=repo).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "memoria_pg", "sql", "migrations"],
-                               capture_output=True, text=True, cwd=repo).stdout.split("\n")
+        git = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=repo
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "memoria_pg", "sql", "migrations"],
+            capture_output=True,
+            text=True,
+            cwd=repo,
+        ).stdout.split("\n")
     except OSError:
         git, dirty = "?", []
-    return {"server": settings, "cpus": os.cpu_count(), "python": platform.python_version(),
-            "machine": platform.machine(), "git_head": git,
-            "uncommitted_library_files": [d[3:] for d in dirty if d.strip()]}
+    return {
+        "server": settings,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "git_head": git,
+        "uncommitted_library_files": [d[3:] for d in dirty if d.strip()],
+    }
 
 
 # -- main ----------------------------------------------------------------------------------------
 
+
 def parse_args(argv: list[str] | None = None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=100_000, help="memories to ingest")
-    p.add_argument("--dsn", default=os.environ.get("MEMORIA_BENCH_DSN", DEFAULT_ADMIN_DSN),
-                   help="admin (superuser) DSN of the server; a fresh database is created there")
+    p.add_argument(
+        "--dsn",
+        default=os.environ.get("MEMORIA_BENCH_DSN", DEFAULT_ADMIN_DSN),
+        help="admin (superuser) DSN of the server; a fresh database is created there",
+    )
     p.add_argument("--embedded", action="store_true", help="use the embedded server instead of --dsn")
     p.add_argument("--data-dir", default="results/tmp/embedded-pg", help="embedded server data directory")
     p.add_argument("--db-name", default=None, help="database to (re)create (default memoria_scale_<n>)")
     p.add_argument("--drop", action="store_true", help="drop the database at the end (default: keep it)")
-    p.add_argument("--reuse", action="store_true",
-                   help="query an existing database of this name (built by an earlier run) instead of creating "
-                        "and ingesting a fresh one: no ingestion figures; migrated to head first")
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="query an existing database of this name (built by an earlier run) instead of creating "
+        "and ingesting a fresh one: no ingestion figures; migrated to head first",
+    )
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--tenants", type=int, default=10)
     p.add_argument("--seed", type=int, default=7)
@@ -126,8 +153,12 @@ def main(argv: list[str] | None = None) -> int:
         log(f"creating database {name}")
         dsn = fresh_database(admin, name)
     config = Config.from_env(dsn=dsn, use_age=False, pool_min_size=12, pool_max_size=48)
-    results: dict[str, Any] = {"args": vars(args), "started": stamp, "database": name,
-                               "environment": environment(admin, dsn)}
+    results: dict[str, Any] = {
+        "args": vars(args),
+        "started": stamp,
+        "database": name,
+        "environment": environment(admin, dsn),
+    }
     world = corpus.universe(args.seed, args.tenants)
     queries = corpus.queries(args.queries, seed=args.seed, n_tenants=args.tenants, world=world)
 

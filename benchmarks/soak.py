@@ -28,13 +28,12 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import corpus
 import numpy as np
 import psycopg
 from psycopg import sql
 
 from memoria_pg import Config, HashEmbedder, MemorySystem, normalize
-
-import corpus
 
 DEFAULT_ADMIN_DSN = "postgresql://postgres@127.0.0.1:55432/postgres"
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -97,8 +96,13 @@ def drop_database(admin: str, name: str) -> None:
 def load(system: MemorySystem, args, world: corpus.Universe) -> float:
     embedder = HashEmbedder()
     t0 = time.perf_counter()
-    records = corpus.memories(args.n, seed=args.seed, n_tenants=args.tenants, world=world,
-                              embed=lambda text: embedder.embed([normalize(text)])[0])
+    records = corpus.memories(
+        args.n,
+        seed=args.seed,
+        n_tenants=args.tenants,
+        world=world,
+        embed=lambda text: embedder.embed([normalize(text)])[0],
+    )
     result = system.store_many(records)
     elapsed = time.perf_counter() - t0
     log(f"loaded {result.inserted} memories ({result.duplicates} duplicates) in {elapsed:.1f}s")
@@ -109,26 +113,43 @@ def load(system: MemorySystem, args, world: corpus.Universe) -> float:
 
 # -- the load --------------------------------------------------------------------------------------
 
-def query_client(system: MemorySystem, queries: list, vectors: np.ndarray, ledger: Ledger, start: float,
-                 stop: threading.Event, client: int) -> None:
+
+def query_client(
+    system: MemorySystem,
+    queries: list,
+    vectors: np.ndarray,
+    ledger: Ledger,
+    start: float,
+    stop: threading.Event,
+    client: int,
+) -> None:
     i = client * 7919
     while not stop.is_set():
         q, vector = queries[i % len(queries)], vectors[i % len(queries)]
         i += 1
         t0 = time.perf_counter()
         try:
-            response = system.query(q.text, tenant=q.tenant, memory_type=q.memory_type, embedding=vector,
-                                    ranking=bool(i % 2))  # ranked queries also write access counts
+            response = system.query(
+                q.text, tenant=q.tenant, memory_type=q.memory_type, embedding=vector, ranking=bool(i % 2)
+            )  # ranked queries also write access counts
             d = response.diagnostics
-            ledger.record(Op("query", time.perf_counter() - start, (time.perf_counter() - t0) * 1000,
-                             degraded=bool(d.pending_sources or d.failed_sources)))
+            ledger.record(
+                Op(
+                    "query",
+                    time.perf_counter() - start,
+                    (time.perf_counter() - t0) * 1000,
+                    degraded=bool(d.pending_sources or d.failed_sources),
+                )
+            )
         except Exception as exc:  # any exception is an error of the run: report it, keep going
-            ledger.record(Op("query", time.perf_counter() - start, (time.perf_counter() - t0) * 1000,
-                             error=_describe(exc)))
+            ledger.record(
+                Op("query", time.perf_counter() - start, (time.perf_counter() - t0) * 1000, error=_describe(exc))
+            )
 
 
-def writer(system: MemorySystem, world: corpus.Universe, args, ledger: Ledger, start: float,
-           stop: threading.Event, number: int) -> None:
+def writer(
+    system: MemorySystem, world: corpus.Universe, args, ledger: Ledger, start: float, stop: threading.Event, number: int
+) -> None:
     embedder = HashEmbedder()
     rng = random.Random(f"soak-writer-{number}")
     generated = corpus.memories(10**9, seed=args.seed + 1000 + number, n_tenants=args.tenants, world=world)
@@ -152,11 +173,18 @@ def writer(system: MemorySystem, world: corpus.Universe, args, ledger: Ledger, s
                 for memory_id, record in zip(ids, batch):
                     if memory_id is not None:
                         ledger.acked[memory_id] = (number, record["metadata"]["soak_seq"])
-            ledger.record(Op("write", time.perf_counter() - start, (time.perf_counter() - t0) * 1000,
-                             error=None if None not in ids else "a unique record was reported as a duplicate"))
+            ledger.record(
+                Op(
+                    "write",
+                    time.perf_counter() - start,
+                    (time.perf_counter() - t0) * 1000,
+                    error=None if None not in ids else "a unique record was reported as a duplicate",
+                )
+            )
         except Exception as exc:
-            ledger.record(Op("write", time.perf_counter() - start, (time.perf_counter() - t0) * 1000,
-                             error=_describe(exc)))
+            ledger.record(
+                Op("write", time.perf_counter() - start, (time.perf_counter() - t0) * 1000, error=_describe(exc))
+            )
 
 
 def _describe(exc: Exception) -> str:
@@ -171,8 +199,9 @@ def run(system: MemorySystem, args, world: corpus.Universe, ledger: Ledger) -> f
     stop = threading.Event()
     start = time.perf_counter()
     with cf.ThreadPoolExecutor(args.clients + args.writers, thread_name_prefix="soak") as pool:
-        futures = [pool.submit(query_client, system, queries, vectors, ledger, start, stop, c)
-                   for c in range(args.clients)]
+        futures = [
+            pool.submit(query_client, system, queries, vectors, ledger, start, stop, c) for c in range(args.clients)
+        ]
         futures += [pool.submit(writer, system, world, args, ledger, start, stop, w) for w in range(args.writers)]
         reported = 0
         while time.perf_counter() - start < args.duration:
@@ -191,19 +220,30 @@ def run(system: MemorySystem, args, world: corpus.Universe, ledger: Ledger) -> f
 
 # -- the checks and the report ---------------------------------------------------------------------------
 
+
 def verify_writes(dsn: str, ledger: Ledger) -> dict:
     """Acknowledged ids missing from the table (lost) and marked rows nobody acknowledged (phantoms)."""
     with psycopg.connect(dsn) as conn:  # the superuser: every tenant
-        stored = dict(conn.execute(
-            "SELECT id, ((metadata->>'soak_writer')::int, (metadata->>'soak_seq')::int)::text FROM memoria.memories "
-            "WHERE metadata ? 'soak_writer'").fetchall())
+        stored = dict(
+            conn.execute(
+                "SELECT id, ((metadata->>'soak_writer')::int, (metadata->>'soak_seq')::int)::text FROM memoria.memories "
+                "WHERE metadata ? 'soak_writer'"
+            ).fetchall()
+        )
     acked = {memory_id: f"({w},{s})" for memory_id, (w, s) in ledger.acked.items()}
     lost = sorted(set(acked) - set(stored))
     phantoms = sorted(set(stored) - set(acked))
     mismatched = sorted(i for i in set(acked) & set(stored) if acked[i] != stored[i])
-    return {"attempted": ledger.attempted, "acknowledged": len(acked), "stored": len(stored),
-            "lost": len(lost), "phantoms": len(phantoms), "mismatched": len(mismatched),
-            "lost_ids": lost[:20], "phantom_ids": phantoms[:20]}
+    return {
+        "attempted": ledger.attempted,
+        "acknowledged": len(acked),
+        "stored": len(stored),
+        "lost": len(lost),
+        "phantoms": len(phantoms),
+        "mismatched": len(mismatched),
+        "lost_ids": lost[:20],
+        "phantom_ids": phantoms[:20],
+    }
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -231,33 +271,48 @@ def windows(ops: list[Op], duration: float) -> list[dict]:
 
 
 def report(rows: list[dict], ledger: Ledger, writes: dict, elapsed: float, args) -> str:
-    lines = [f"soak: {args.clients} query clients, {args.writers} writers, {elapsed:.1f}s over {args.n} memories",
-             "",
-             ("window    | queries  err  degr   p50 ms   p95 ms   p99 ms   max ms "
-              "| writes  err   p50 ms   p95 ms   p99 ms   max ms"),
-             "-" * 10 + "+" + "-" * 54 + "+" + "-" * 47]
+    lines = [
+        f"soak: {args.clients} query clients, {args.writers} writers, {elapsed:.1f}s over {args.n} memories",
+        "",
+        (
+            "window    | queries  err  degr   p50 ms   p95 ms   p99 ms   max ms "
+            "| writes  err   p50 ms   p95 ms   p99 ms   max ms"
+        ),
+        "-" * 10 + "+" + "-" * 54 + "+" + "-" * 47,
+    ]
     for row in rows:
         q, w = row["query"], row["write"]
-        lines.append(f"{row['window']:<9} | {q['ops']:7d} {q['errors']:4d} {q['degraded']:5d} {q['p50']:8.1f} "
-                     f"{q['p95']:8.1f} {q['p99']:8.1f} {q['max']:8.1f} | {w['ops']:6d} {w['errors']:4d} "
-                     f"{w['p50']:8.1f} {w['p95']:8.1f} {w['p99']:8.1f} {w['max']:8.1f}")
+        lines.append(
+            f"{row['window']:<9} | {q['ops']:7d} {q['errors']:4d} {q['degraded']:5d} {q['p50']:8.1f} "
+            f"{q['p95']:8.1f} {q['p99']:8.1f} {q['max']:8.1f} | {w['ops']:6d} {w['errors']:4d} "
+            f"{w['p50']:8.1f} {w['p95']:8.1f} {w['p99']:8.1f} {w['max']:8.1f}"
+        )
     errors = collections.Counter(op.error for op in ledger.ops if op.error)
     queries = [op for op in ledger.ops if op.kind == "query"]
-    lines += ["",
-              (f"queries: {len(queries)} ({len(queries) / elapsed:.1f}/s), "
-               f"degraded (a pending or failed worker): {sum(op.degraded for op in queries)}"),
-              (f"writes: {writes['attempted']} records attempted, {writes['acknowledged']} acknowledged, "
-               f"{writes['stored']} stored; lost {writes['lost']}, unacknowledged rows {writes['phantoms']}, "
-               f"mismatched {writes['mismatched']}"),
-              f"errors: {sum(errors.values())}"]
+    lines += [
+        "",
+        (
+            f"queries: {len(queries)} ({len(queries) / elapsed:.1f}/s), "
+            f"degraded (a pending or failed worker): {sum(op.degraded for op in queries)}"
+        ),
+        (
+            f"writes: {writes['attempted']} records attempted, {writes['acknowledged']} acknowledged, "
+            f"{writes['stored']} stored; lost {writes['lost']}, unacknowledged rows {writes['phantoms']}, "
+            f"mismatched {writes['mismatched']}"
+        ),
+        f"errors: {sum(errors.values())}",
+    ]
     lines += [f"  {count} x {message}" for message, count in errors.most_common(10)]
     return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None = None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dsn", default=os.environ.get("MEMORIA_BENCH_DSN", DEFAULT_ADMIN_DSN),
-                   help="superuser DSN of a loopback server (a database of its own is created)")
+    p.add_argument(
+        "--dsn",
+        default=os.environ.get("MEMORIA_BENCH_DSN", DEFAULT_ADMIN_DSN),
+        help="superuser DSN of a loopback server (a database of its own is created)",
+    )
     p.add_argument("--db-name", default="memoria_soak", help="database to (re)create")
     p.add_argument("--keep", action="store_true", help="keep the database at the end")
     p.add_argument("--n", type=int, default=100_000, help="memories in the corpus")
@@ -293,8 +348,19 @@ def main(argv: list[str] | None = None) -> int:
         print(report(rows, ledger, writes, elapsed, args))
         errors = sum(op.error is not None for op in ledger.ops)
         if args.json:
-            Path(args.json).write_text(json.dumps({"args": vars(args), "load_s": load_s, "elapsed_s": elapsed,
-                                                   "windows": rows, "writes": writes, "errors": errors}, indent=2))
+            Path(args.json).write_text(
+                json.dumps(
+                    {
+                        "args": vars(args),
+                        "load_s": load_s,
+                        "elapsed_s": elapsed,
+                        "windows": rows,
+                        "writes": writes,
+                        "errors": errors,
+                    },
+                    indent=2,
+                )
+            )
     finally:
         if not args.keep:
             drop_database(args.dsn, args.db_name)

@@ -49,8 +49,15 @@ class LoadMonitor:
         finally:
             end = time.time()
             loads = [load for t, load in self.samples if start <= t <= end] or [os.getloadavg()[0]]
-            self.phases.append({"phase": name, "seconds": end - start, "load_mean": float(np.mean(loads)),
-                                "load_max": float(max(loads)), "cpus": os.cpu_count()})
+            self.phases.append(
+                {
+                    "phase": name,
+                    "seconds": end - start,
+                    "load_mean": float(np.mean(loads)),
+                    "load_max": float(max(loads)),
+                    "cpus": os.cpu_count(),
+                }
+            )
 
     def stop(self) -> None:
         self._stop.set()
@@ -71,9 +78,13 @@ class CpuMeter:
 
     def snapshot(self) -> tuple[float, dict[int, float]]:
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        pids = [r[0] for r in self.conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()").fetchall()]
+        pids = [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            ).fetchall()
+        ]
         return usage.ru_utime + usage.ru_stime, {pid: self._backend_cpu(pid) for pid in pids}
 
     def since(self, before: tuple[float, dict[int, float]]) -> dict[str, float | None]:

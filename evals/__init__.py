@@ -9,5 +9,4 @@ from .data import DataMissing, Dataset, Document, Query, default_data_root
 from .results import EvalReport
 from .runner import DATASETS, run_eval
 
-__all__ = ["DATASETS", "DataMissing", "Dataset", "Document", "EvalReport", "Query", "default_data_root",
-           "run_eval"]
+__all__ = ["DATASETS", "DataMissing", "Dataset", "Document", "EvalReport", "Query", "default_data_root", "run_eval"]

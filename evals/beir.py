@@ -19,13 +19,17 @@ QRELS = {"scifact": "qrels/train.tsv", "hotpotqa": "qrels.tsv"}
 def load(root: Path, name: str) -> Dataset:
     folder = require(root / name, f"{name} (BEIR folder)")
     qrels = read_qrels(require(folder / QRELS[name], f"{name} qrels"))
-    documents = [Document(doc_id=str(row["_id"]), tenant=name, content=doc_content(row),
-                          metadata={"title": row.get("title") or ""})
-                 for row in _jsonl(require(folder / "corpus.jsonl", f"{name} corpus"))]
-    queries = [Query(query_id=str(row["_id"]), tenant=name, text=str(row["text"]),
-                     relevant=frozenset(qrels[str(row["_id"])]))
-               for row in _jsonl(require(folder / "queries.jsonl", f"{name} queries"))
-               if str(row["_id"]) in qrels]
+    documents = [
+        Document(
+            doc_id=str(row["_id"]), tenant=name, content=doc_content(row), metadata={"title": row.get("title") or ""}
+        )
+        for row in _jsonl(require(folder / "corpus.jsonl", f"{name} corpus"))
+    ]
+    queries = [
+        Query(query_id=str(row["_id"]), tenant=name, text=str(row["text"]), relevant=frozenset(qrels[str(row["_id"])]))
+        for row in _jsonl(require(folder / "queries.jsonl", f"{name} queries"))
+        if str(row["_id"]) in qrels
+    ]
     notes = [f"{len(documents)} documents, {len(queries)} judged queries ({QRELS[name]})"]
     return Dataset(name, "beir", documents, queries, notes)
 

@@ -34,8 +34,15 @@ def text_key(text: str) -> bytes:
 class EmbeddingCache:
     """An Embedder (dim, embed) backed by a file; misses go to the sentence-transformers model."""
 
-    def __init__(self, path: Path, *, model_path: str | None = None, dim: int = 384, batch_size: int = 64,
-                 log: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        model_path: str | None = None,
+        dim: int = 384,
+        batch_size: int = 64,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.model_path = model_path
         self.dim = dim
@@ -72,7 +79,7 @@ class EmbeddingCache:
         model = self._load_model()
         t0 = time.perf_counter()
         for start in range(0, len(items), CHUNK):
-            chunk = items[start:start + CHUNK]
+            chunk = items[start : start + CHUNK]
             vectors = model.embed([text for _, text in chunk])
             base = len(self._vectors)
             self._vectors = np.concatenate([self._vectors, vectors.astype(np.float32)])
@@ -81,8 +88,7 @@ class EmbeddingCache:
             self.embedded += len(chunk)
             self._save()
             done = min(start + CHUNK, len(items))
-            self.log(f"embedded {done}/{len(items)} texts into {self.path.name} "
-                     f"({time.perf_counter() - t0:.0f} s)")
+            self.log(f"embedded {done}/{len(items)} texts into {self.path.name} ({time.perf_counter() - t0:.0f} s)")
 
     def _load_model(self):
         if self._model is None:

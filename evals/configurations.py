@@ -27,18 +27,27 @@ class Configuration:
 
 
 SQL_CONFIGURATIONS: tuple[Configuration, ...] = (
-    Configuration("v3", "V3 path: vector search, then ranking as configured (query(v4=False))",
-                  v4=False, ranking=None),
+    Configuration("v3", "V3 path: vector search, then ranking as configured (query(v4=False))", v4=False, ranking=None),
     Configuration("vector", "V4, vector worker only, retrieval-only", workers=("vector",)),
-    Configuration("vector_hnsw", "V4, vector worker only, HNSW forced (vector_exact_max_rows=0): the HNSW "
-                  "recall check", workers=("vector",), overrides={"vector_exact_max_rows": 0}),
+    Configuration(
+        "vector_hnsw",
+        "V4, vector worker only, HNSW forced (vector_exact_max_rows=0): the HNSW recall check",
+        workers=("vector",),
+        overrides={"vector_exact_max_rows": 0},
+    ),
     Configuration("bm25", "V4, BM25 worker only, retrieval-only", workers=("bm25",)),
     Configuration("v4", "V4 retrieval-only: the route's workers, ranking off"),
-    Configuration("v4_rrf", "V4 retrieval-only with reciprocal-rank fusion instead of score fusion",
-                  overrides={"fusion_method": "rrf"}),
+    Configuration(
+        "v4_rrf",
+        "V4 retrieval-only with reciprocal-rank fusion instead of score fusion",
+        overrides={"fusion_method": "rrf"},
+    ),
     Configuration("v4_ranking", "V4 with the ranking pipeline", ranking=True),
-    Configuration("v4_cross_encoder", "V4 retrieval-only with the cross-encoder (--cross-encoder)",
-                  overrides={"enable_cross_encoder": True}),
+    Configuration(
+        "v4_cross_encoder",
+        "V4 retrieval-only with the cross-encoder (--cross-encoder)",
+        overrides={"enable_cross_encoder": True},
+    ),
 )
 CROSS_ENCODER = "v4_cross_encoder"
 ALL_NAMES = tuple(c.name for c in SQL_CONFIGURATIONS) + REFERENCES

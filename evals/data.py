@@ -43,7 +43,7 @@ def neighbour_context(turns: list[str], i: int, n: int) -> str | None:
     question it answers or the reply that confirms it."""
     if n <= 0:
         return None
-    return "\n".join(turns[max(0, i - n):i] + turns[i + 1:i + 1 + n]) or None
+    return "\n".join(turns[max(0, i - n) : i] + turns[i + 1 : i + 1 + n]) or None
 
 
 @dataclass(frozen=True)
@@ -76,19 +76,27 @@ def default_data_root() -> Path:
     env = os.environ.get(DATA_ENV)
     if env:
         return Path(env)
-    raise DataMissing(f"no evaluation data folder given: pass --data PATH or set {DATA_ENV} to the folder "
-                      f"holding {DATA_LAYOUT}")
+    raise DataMissing(
+        f"no evaluation data folder given: pass --data PATH or set {DATA_ENV} to the folder holding {DATA_LAYOUT}"
+    )
 
 
 def require(path: Path, what: str) -> Path:
     if not path.exists():
-        raise DataMissing(f"{what} not found at {path}: pass the evaluation data folder (holding {DATA_LAYOUT}) "
-                          f"with --data or {DATA_ENV}")
+        raise DataMissing(
+            f"{what} not found at {path}: pass the evaluation data folder (holding {DATA_LAYOUT}) "
+            f"with --data or {DATA_ENV}"
+        )
     return path
 
 
-def select(dataset: Dataset, *, limit_queries: int | None = None, max_tenants: int | None = None,
-           corpus_limit: int | None = None) -> Dataset:
+def select(
+    dataset: Dataset,
+    *,
+    limit_queries: int | None = None,
+    max_tenants: int | None = None,
+    corpus_limit: int | None = None,
+) -> Dataset:
     """A smaller copy: the first tenants, the first queries, and per tenant the documents relevant
     to the kept queries plus the first `corpus_limit` others. Each restriction is noted."""
     queries, notes = list(dataset.queries), list(dataset.notes)
@@ -112,8 +120,10 @@ def select(dataset: Dataset, *, limit_queries: int | None = None, max_tenants: i
                 others[d.tenant] = others.get(d.tenant, 0) + 1
                 kept_docs.append(d)
         if len(kept_docs) < len(documents):
-            notes.append(f"corpus restricted to the {len(kept_docs) - sum(others.values())} documents relevant "
-                         f"to the kept queries plus the first {corpus_limit} others per tenant "
-                         f"({len(kept_docs)} of {len(documents)})")
+            notes.append(
+                f"corpus restricted to the {len(kept_docs) - sum(others.values())} documents relevant "
+                f"to the kept queries plus the first {corpus_limit} others per tenant "
+                f"({len(kept_docs)} of {len(documents)})"
+            )
         documents = kept_docs
     return dataclasses.replace(dataset, documents=documents, queries=queries, notes=notes)

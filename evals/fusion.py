@@ -13,8 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 
-def rrf(ranked_lists: Mapping[str, Sequence[int]], k: int = 60, weights: Mapping[str, float] | None = None,
-        depth: int | None = None) -> list[tuple[int, float]]:
+def rrf(
+    ranked_lists: Mapping[str, Sequence[int]],
+    k: int = 60,
+    weights: Mapping[str, float] | None = None,
+    depth: int | None = None,
+) -> list[tuple[int, float]]:
     """(id, score) by descending sum of weight / (k + rank), rank from 1; ties by best rank, then id.
 
     A source missing from `weights` weighs 1. An id repeated within one list counts at its first rank.

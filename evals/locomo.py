@@ -44,12 +44,22 @@ def load(root: Path, *, context_turns: int = CONTEXT_TURNS) -> Dataset:
             if not evidence:
                 no_evidence += 1
                 continue
-            queries.append(Query(query_id=f"{tenant}/q{i}", tenant=tenant, text=str(qa["question"]),
-                                 relevant=frozenset(evidence),
-                                 group=CATEGORIES.get(int(qa["category"]), str(qa["category"]))))
-    notes = [(f"{len(conversations)} conversations, {len(documents)} turns; {no_evidence} questions without "
-              f"evidence left out; {skipped_ids} unparseable evidence ids skipped; context: the "
-              f"{context_turns} turn(s) before and after in the session")]
+            queries.append(
+                Query(
+                    query_id=f"{tenant}/q{i}",
+                    tenant=tenant,
+                    text=str(qa["question"]),
+                    relevant=frozenset(evidence),
+                    group=CATEGORIES.get(int(qa["category"]), str(qa["category"])),
+                )
+            )
+    notes = [
+        (
+            f"{len(conversations)} conversations, {len(documents)} turns; {no_evidence} questions without "
+            f"evidence left out; {skipped_ids} unparseable evidence ids skipped; context: the "
+            f"{context_turns} turn(s) before and after in the session"
+        )
+    ]
     return Dataset("locomo", "locomo", documents, queries, notes)
 
 
@@ -82,11 +92,22 @@ def _turns(tenant: str, conversation: dict, context_turns: int) -> list[Document
         created = session_date(date_text)
         contents = [turn_content(turn) for turn in conversation[key]]
         for i, turn in enumerate(conversation[key]):
-            out.append(Document(
-                doc_id=turn["dia_id"], tenant=tenant, content=contents[i], created_at=created,
-                metadata={"speaker": turn["speaker"], "dia_id": turn["dia_id"], "session": number,
-                          "session_date": date_text, "conversation": tenant},
-                context=neighbour_context(contents, i, context_turns)))
+            out.append(
+                Document(
+                    doc_id=turn["dia_id"],
+                    tenant=tenant,
+                    content=contents[i],
+                    created_at=created,
+                    metadata={
+                        "speaker": turn["speaker"],
+                        "dia_id": turn["dia_id"],
+                        "session": number,
+                        "session_date": date_text,
+                        "conversation": tenant,
+                    },
+                    context=neighbour_context(contents, i, context_turns),
+                )
+            )
     return out
 
 

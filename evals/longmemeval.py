@@ -36,8 +36,9 @@ def load(root: Path, *, context_turns: int = CONTEXT_TURNS) -> Dataset:
         tenant = str(item["question_id"])
         relevant: set[str] = set()
         seen: set[str] = set()
-        for session_id, date_text, turns in zip(item["haystack_session_ids"], item["haystack_dates"],
-                                                item["haystack_sessions"], strict=True):
+        for session_id, date_text, turns in zip(
+            item["haystack_session_ids"], item["haystack_dates"], item["haystack_sessions"], strict=True
+        ):
             if session_id in seen:  # a haystack may list a session twice: its turns are stored once
                 repeated += 1
                 continue
@@ -53,19 +54,40 @@ def load(root: Path, *, context_turns: int = CONTEXT_TURNS) -> Dataset:
                     empty += 1
             contents = [str(turn["content"]) for _, turn in kept]
             for k, (i, turn) in enumerate(kept):
-                documents.append(Document(
-                    doc_id=turn_id(session_id, i), tenant=tenant, content=contents[k], created_at=created,
-                    metadata={"role": turn.get("role"), "session_id": session_id, "session_date": date_text,
-                              "turn": i},
-                    context=neighbour_context(contents, k, context_turns)))
-        queries.append(Query(query_id=tenant, tenant=tenant, text=str(item["question"]),
-                             relevant=frozenset(relevant), group=str(item["question_type"]),
-                             answer_sessions=frozenset(map(str, item["answer_session_ids"]))))
+                documents.append(
+                    Document(
+                        doc_id=turn_id(session_id, i),
+                        tenant=tenant,
+                        content=contents[k],
+                        created_at=created,
+                        metadata={
+                            "role": turn.get("role"),
+                            "session_id": session_id,
+                            "session_date": date_text,
+                            "turn": i,
+                        },
+                        context=neighbour_context(contents, k, context_turns),
+                    )
+                )
+        queries.append(
+            Query(
+                query_id=tenant,
+                tenant=tenant,
+                text=str(item["question"]),
+                relevant=frozenset(relevant),
+                group=str(item["question_type"]),
+                answer_sessions=frozenset(map(str, item["answer_session_ids"])),
+            )
+        )
     without = sum(1 for q in queries if not q.relevant)
-    notes = [(f"{len(queries)} questions, {len(documents)} turns ({empty} empty turns skipped, {repeated} "
-              f"repeated sessions stored once); "
-              f"{without} questions have no has_answer turn (left out of turn recall); context: the "
-              f"{context_turns} turn(s) before and after in the session")]
+    notes = [
+        (
+            f"{len(queries)} questions, {len(documents)} turns ({empty} empty turns skipped, {repeated} "
+            f"repeated sessions stored once); "
+            f"{without} questions have no has_answer turn (left out of turn recall); context: the "
+            f"{context_turns} turn(s) before and after in the session"
+        )
+    ]
     return Dataset("longmemeval", "longmemeval", documents, queries, notes)
 
 

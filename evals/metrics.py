@@ -31,8 +31,11 @@ def ranx_means(queries: Iterable[Query], run: Run, metrics: Sequence[str]) -> di
         return {m: float("nan") for m in metrics}
     qrels = Qrels({q.query_id: {doc: 1 for doc in q.relevant} for q in queries})
     # Scores that strictly decrease down the list keep the run's own order (ranx sorts by score).
-    scored = {q.query_id: {doc: float(len(ranked) - i) for i, doc in enumerate(_unique(ranked))}
-              for q in queries if (ranked := run.get(q.query_id))}
+    scored = {
+        q.query_id: {doc: float(len(ranked) - i) for i, doc in enumerate(_unique(ranked))}
+        for q in queries
+        if (ranked := run.get(q.query_id))
+    }
     if not scored:
         return {m: 0.0 for m in metrics}
     with warnings.catch_warnings():
@@ -97,11 +100,12 @@ def score_longmemeval(dataset: Dataset, run: Run) -> dict[str, dict[str, float]]
 
 
 SCORERS: dict[str, Callable[[Dataset, Run], dict[str, dict[str, float]]]] = {
-    "locomo": score_locomo, "beir": score_beir, "longmemeval": score_longmemeval,
+    "locomo": score_locomo,
+    "beir": score_beir,
+    "longmemeval": score_longmemeval,
 }
 # The number each data set is judged by: (group, metric).
-MAIN_METRIC = {"locomo": (OVERALL, "recall@10"), "beir": (ALL, "ndcg@10"),
-               "longmemeval": (ALL, "turn_recall_any@5")}
+MAIN_METRIC = {"locomo": (OVERALL, "recall@10"), "beir": (ALL, "ndcg@10"), "longmemeval": (ALL, "turn_recall_any@5")}
 
 
 def score(dataset: Dataset, run: Run) -> dict[str, dict[str, float]]:

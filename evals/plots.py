@@ -9,11 +9,19 @@ if TYPE_CHECKING:
     from .results import DatasetResult
 
 # A reference shares its SQL counterpart's colour (vector ~ ref_dense, bm25 ~ ref_bm25), dashed.
-COLORS = {"v3": "tab:gray", "vector": "tab:blue", "bm25": "tab:green", "v4": "tab:red", "v4_ranking": "tab:purple",
-          "v4_cross_encoder": "tab:orange", "ref_dense": "tab:blue", "ref_bm25": "tab:green", "ref_rrf": "black",
-          "ref_rrf_full": "tab:brown"}
-WHAT = {"locomo": "evidence turns (categories 1-4)", "beir": "relevant documents",
-        "longmemeval": "has_answer turns"}
+COLORS = {
+    "v3": "tab:gray",
+    "vector": "tab:blue",
+    "bm25": "tab:green",
+    "v4": "tab:red",
+    "v4_ranking": "tab:purple",
+    "v4_cross_encoder": "tab:orange",
+    "ref_dense": "tab:blue",
+    "ref_bm25": "tab:green",
+    "ref_rrf": "black",
+    "ref_rrf_full": "tab:brown",
+}
+WHAT = {"locomo": "evidence turns (categories 1-4)", "beir": "relevant documents", "longmemeval": "has_answer turns"}
 
 
 def plot_recall_curves(ds: DatasetResult, path: Path) -> bool:

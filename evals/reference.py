@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 import numpy as np
+
 from memoria_pg import Config, indexed_tokens, normalize, tokenize
 
 from .data import Dataset
@@ -32,9 +33,16 @@ DESCRIPTIONS = {
 RRF_K = 60
 
 
-def reference_runs(dataset: Dataset, doc_vectors: Mapping[tuple[str, str], np.ndarray],
-                   query_vectors: Mapping[str, np.ndarray], *, names: Iterable[str] = REFERENCES,
-                   depth: int = 100, k1: float = 1.2, b: float = 0.75) -> dict[str, dict[str, list[str]]]:
+def reference_runs(
+    dataset: Dataset,
+    doc_vectors: Mapping[tuple[str, str], np.ndarray],
+    query_vectors: Mapping[str, np.ndarray],
+    *,
+    names: Iterable[str] = REFERENCES,
+    depth: int = 100,
+    k1: float = 1.2,
+    b: float = 0.75,
+) -> dict[str, dict[str, list[str]]]:
     """{reference name: {query id: ranked doc ids, at most `depth`}}."""
     from rank_bm25 import BM25Okapi
 

@@ -19,26 +19,42 @@ if TYPE_CHECKING:
 
 # Columns per kind of data set: (group, metric, header).
 COLUMNS: dict[str, list[tuple[str, str, str]]] = {
-    "locomo": [(OVERALL, "recall@5", "R@5"), (OVERALL, "recall@10", "R@10"), (OVERALL, "recall@20", "R@20"),
-               ("single-hop", "recall@10", "single-hop R@10"), ("multi-hop", "recall@10", "multi-hop R@10"),
-               ("temporal", "recall@10", "temporal R@10"), ("open-domain", "recall@10", "open-domain R@10"),
-               ("adversarial", "recall@10", "adversarial R@10 (apart)")],
+    "locomo": [
+        (OVERALL, "recall@5", "R@5"),
+        (OVERALL, "recall@10", "R@10"),
+        (OVERALL, "recall@20", "R@20"),
+        ("single-hop", "recall@10", "single-hop R@10"),
+        ("multi-hop", "recall@10", "multi-hop R@10"),
+        ("temporal", "recall@10", "temporal R@10"),
+        ("open-domain", "recall@10", "open-domain R@10"),
+        ("adversarial", "recall@10", "adversarial R@10 (apart)"),
+    ],
     "beir": [(ALL, "ndcg@10", "nDCG@10"), (ALL, "recall@10", "R@10"), (ALL, "recall@100", "R@100")],
-    "longmemeval": [(ALL, "turn_recall_any@5", "turn R_any@5"), (ALL, "turn_recall_any@10", "turn R_any@10"),
-                    (ALL, "turn_recall@5", "turn R@5"), (ALL, "turn_recall@10", "turn R@10"),
-                    (ALL, "all_sessions@5", "all sessions in top 5"),
-                    (ALL, "all_sessions@10", "all sessions in top 10")],
+    "longmemeval": [
+        (ALL, "turn_recall_any@5", "turn R_any@5"),
+        (ALL, "turn_recall_any@10", "turn R_any@10"),
+        (ALL, "turn_recall@5", "turn R@5"),
+        (ALL, "turn_recall@10", "turn R@10"),
+        (ALL, "all_sessions@5", "all sessions in top 5"),
+        (ALL, "all_sessions@10", "all sessions in top 10"),
+    ],
 }
-MAIN_HEADERS = {"locomo": "LoCoMo R@10", "scifact": "SciFact nDCG@10", "hotpotqa": "HotpotQA nDCG@10",
-                "longmemeval": "LongMemEval turn R_any@5"}
+MAIN_HEADERS = {
+    "locomo": "LoCoMo R@10",
+    "scifact": "SciFact nDCG@10",
+    "hotpotqa": "HotpotQA nDCG@10",
+    "longmemeval": "LongMemEval turn R_any@5",
+}
 
 
 def render_markdown(report: EvalReport) -> str:
     s = report.settings
     lines = [f"# memoria-pg retrieval quality ({report.started})", ""]
     lines.append(f"- data: `{s['data']}`; model: {s['model']} (embeddings cached in `{s['cache_dir']}`)")
-    lines.append(f"- server: {s.get('server', '?')} ({'embedded, temporary' if s['embedded_server'] else 'DSN'}); "
-                 f"graph backend: {'AGE when present' if s['use_age'] else 'SQL (use_age off)'}; code: {s.get('code')}")
+    lines.append(
+        f"- server: {s.get('server', '?')} ({'embedded, temporary' if s['embedded_server'] else 'DSN'}); "
+        f"graph backend: {'AGE when present' if s['use_age'] else 'SQL (use_age off)'}; code: {s.get('code')}"
+    )
     limits = {k: s[k] for k in ("limit_queries", "max_tenants", "corpus_limit") if s.get(k) is not None}
     if limits or s.get("config_overrides"):
         lines.append(f"- subset: {limits or 'none'}; Config overrides: {s.get('config_overrides') or 'none'}")
@@ -53,8 +69,11 @@ def render_markdown(report: EvalReport) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(row) + " |" for row in rows)]
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -72,8 +91,9 @@ def _summary(report: EvalReport) -> list[str]:
         for ds in report.datasets:
             group, metric = MAIN_METRIC[ds.kind]
             r = ds.result(name)
-            row.append("-" if r is None else _fmt(r.metrics.get(group, {}).get(metric)) if r.status == "ok"
-                       else r.status)
+            row.append(
+                "-" if r is None else _fmt(r.metrics.get(group, {}).get(metric)) if r.status == "ok" else r.status
+            )
         rows.append(row)
     return _table(header, rows)
 
@@ -83,15 +103,25 @@ def _targets(report: EvalReport) -> list[str]:
     if not checks:
         return ["(no target's data set was evaluated)"]
     subset = any(report.settings.get(k) is not None for k in ("limit_queries", "max_tenants", "corpus_limit"))
-    rows = [[c.label, f"`{c.configuration}`", _fmt(c.value, 4),
-             {True: "pass", False: "**FAIL**", None: "-"}[c.passed], c.baseline] for c in checks]
+    rows = [
+        [
+            c.label,
+            f"`{c.configuration}`",
+            _fmt(c.value, 4),
+            {True: "pass", False: "**FAIL**", None: "-"}[c.passed],
+            c.baseline,
+        ]
+        for c in checks
+    ]
     note = ["", "Targets are set for the full development data; this run used a subset."] if subset else []
     return _table(["target", "configuration", "value", "result", "baselines"], rows) + note
 
 
 def _dataset_section(ds: DatasetResult) -> list[str]:
-    title = (f"## {ds.name}: {ds.documents} memories in {ds.tenants} tenant(s), {ds.queries} queries, "
-             f"top_k {ds.depth}, worker_limit {ds.config.get('worker_limit')}")
+    title = (
+        f"## {ds.name}: {ds.documents} memories in {ds.tenants} tenant(s), {ds.queries} queries, "
+        f"top_k {ds.depth}, worker_limit {ds.config.get('worker_limit')}"
+    )
     lines = [title, ""]
     lines += [f"- {note}" for note in ds.notes]
     columns = COLUMNS[ds.kind]
@@ -107,13 +137,19 @@ def _dataset_section(ds: DatasetResult) -> list[str]:
         rows.append(row)
     lines += ["", *_table(header, rows)]
     if ds.kind == "locomo":
-        counts = {g: int(v.get("queries", 0)) for g, v in (ds.configurations[0].metrics.items()
-                                                            if ds.configurations else [])}
+        counts = {
+            g: int(v.get("queries", 0)) for g, v in (ds.configurations[0].metrics.items() if ds.configurations else [])
+        }
         lines += ["", f"Questions per group: {counts}"]
     v4 = ds.result("v4")
     if v4 is not None and v4.status == "ok":
-        lines += ["", (f"V4 routes (from the query's memory-type hint): {v4.diagnostics.get('routes')}; "
-                       f"queries per submitted worker: {v4.diagnostics.get('submitted_sources')}")]
+        lines += [
+            "",
+            (
+                f"V4 routes (from the query's memory-type hint): {v4.diagnostics.get('routes')}; "
+                f"queries per submitted worker: {v4.diagnostics.get('submitted_sources')}"
+            ),
+        ]
     return lines
 
 
@@ -163,8 +199,9 @@ def write_report(report: EvalReport, out: Path, started: dt.datetime) -> dict[st
             paths[f"plot_{ds.name}"] = str(png)
     report.paths = paths
     Path(paths["markdown"]).write_text(report.markdown, encoding="utf-8")
-    Path(paths["json"]).write_text(json.dumps(_finite(as_json(report)), indent=2, default=_json_default) + "\n",
-                                   encoding="utf-8")
+    Path(paths["json"]).write_text(
+        json.dumps(_finite(as_json(report)), indent=2, default=_json_default) + "\n", encoding="utf-8"
+    )
     shutil.copyfile(paths["markdown"], out / "latest.md")
     return paths
 

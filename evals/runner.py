@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from memoria_pg import Config, InputError, MemoryRecord, MemorySystem, embed_memories, normalize
 
 from . import beir, locomo, longmemeval
@@ -53,12 +54,24 @@ class Unavailable(Exception):
     """A configuration cannot run here (its module is missing, or the feature did not apply)."""
 
 
-def run_eval(data: str | Path | None = None, datasets: Iterable[str] = DATASETS, *,
-             limit_queries: int | None = None, max_tenants: int | None = None, corpus_limit: int | None = None,
-             configurations: Iterable[str] | None = None, cross_encoder: str | None = None,
-             dsn: str | None = None, settings: Mapping[str, Any] | None = None, use_age: bool = False,
-             cache_dir: str | Path | None = None, out: str | Path | None = None, keep_databases: bool = False,
-             context_turns: int | None = None, log: Log | None = None) -> EvalReport:
+def run_eval(
+    data: str | Path | None = None,
+    datasets: Iterable[str] = DATASETS,
+    *,
+    limit_queries: int | None = None,
+    max_tenants: int | None = None,
+    corpus_limit: int | None = None,
+    configurations: Iterable[str] | None = None,
+    cross_encoder: str | None = None,
+    dsn: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+    use_age: bool = False,
+    cache_dir: str | Path | None = None,
+    out: str | Path | None = None,
+    keep_databases: bool = False,
+    context_turns: int | None = None,
+    log: Log | None = None,
+) -> EvalReport:
     """Evaluate retrieval quality; writes results/<timestamp>/ under `out` when given.
 
     `dsn` is an admin DSN allowed to CREATE DATABASE (a fresh database per data set, dropped
@@ -73,8 +86,9 @@ def run_eval(data: str | Path | None = None, datasets: Iterable[str] = DATASETS,
     unknown = sorted(set(names) - set(DATASETS))
     if unknown:
         raise InputError(f"unknown datasets {unknown}; choose from {list(DATASETS)}")
-    chosen = check_names(tuple(configurations) if configurations else
-                         tuple(c.name for c in SQL_CONFIGURATIONS) + REFERENCES)
+    chosen = check_names(
+        tuple(configurations) if configurations else tuple(c.name for c in SQL_CONFIGURATIONS) + REFERENCES
+    )
     settings = dict(settings or {})
     dim = Config(**settings).embedding_dim  # and fail early on a bad setting
     cache_root = Path(cache_dir) if cache_dir else default_cache_dir()
@@ -82,24 +96,52 @@ def run_eval(data: str | Path | None = None, datasets: Iterable[str] = DATASETS,
     t_start = time.perf_counter()
     if context_turns is not None and context_turns < 0:
         raise InputError(f"context_turns must be 0 or more, got {context_turns}")
-    loaded = [(name, _load(root, name, limit_queries, max_tenants, corpus_limit, context_turns))
-              for name in names]
-    report = EvalReport(started=started.isoformat(timespec="seconds"), datasets=[], settings={
-        "data": str(root), "datasets": names, "configurations": list(chosen), "limit_queries": limit_queries,
-        "max_tenants": max_tenants, "corpus_limit": corpus_limit, "cross_encoder": cross_encoder,
-        "config_overrides": settings, "use_age": use_age, "model": model_label(settings.get("embedding_model")),
-        "cache_dir": str(cache_root), "code": _code_version(), "embedded_server": dsn is None,
-        "context_turns": context_turns if context_turns is not None else
-        {"locomo": locomo.CONTEXT_TURNS, "longmemeval": longmemeval.CONTEXT_TURNS}})
+    loaded = [(name, _load(root, name, limit_queries, max_tenants, corpus_limit, context_turns)) for name in names]
+    report = EvalReport(
+        started=started.isoformat(timespec="seconds"),
+        datasets=[],
+        settings={
+            "data": str(root),
+            "datasets": names,
+            "configurations": list(chosen),
+            "limit_queries": limit_queries,
+            "max_tenants": max_tenants,
+            "corpus_limit": corpus_limit,
+            "cross_encoder": cross_encoder,
+            "config_overrides": settings,
+            "use_age": use_age,
+            "model": model_label(settings.get("embedding_model")),
+            "cache_dir": str(cache_root),
+            "code": _code_version(),
+            "embedded_server": dsn is None,
+            "context_turns": context_turns
+            if context_turns is not None
+            else {"locomo": locomo.CONTEXT_TURNS, "longmemeval": longmemeval.CONTEXT_TURNS},
+        },
+    )
     with admin_server(dsn, log) as admin:
         report.settings["server"] = server_version(admin)
         for name, dataset in loaded:
             log(f"== {name}: {len(dataset.documents)} documents, {len(dataset.queries)} queries")
-            cache = EmbeddingCache(cache_root / f"{name}-{model_label(settings.get('embedding_model'))}.npz",
-                                   model_path=settings.get("embedding_model"), dim=dim, log=log)
-            report.datasets.append(evaluate_dataset(
-                dataset, admin_dsn=admin, names=chosen, cache=cache, settings=settings, use_age=use_age,
-                cross_encoder=cross_encoder, keep_database=keep_databases, log=log))
+            cache = EmbeddingCache(
+                cache_root / f"{name}-{model_label(settings.get('embedding_model'))}.npz",
+                model_path=settings.get("embedding_model"),
+                dim=dim,
+                log=log,
+            )
+            report.datasets.append(
+                evaluate_dataset(
+                    dataset,
+                    admin_dsn=admin,
+                    names=chosen,
+                    cache=cache,
+                    settings=settings,
+                    use_age=use_age,
+                    cross_encoder=cross_encoder,
+                    keep_database=keep_databases,
+                    log=log,
+                )
+            )
     report.seconds = time.perf_counter() - t_start
     if out is not None:
         from .report import write_report
@@ -110,62 +152,104 @@ def run_eval(data: str | Path | None = None, datasets: Iterable[str] = DATASETS,
 
 def _load(root: Path, name: str, limit_queries, max_tenants, corpus_limit, context_turns: int | None) -> Dataset:
     t0 = time.perf_counter()
-    dataset = select(LOADERS[name](root, context_turns), limit_queries=limit_queries, max_tenants=max_tenants,
-                     corpus_limit=corpus_limit)
+    dataset = select(
+        LOADERS[name](root, context_turns),
+        limit_queries=limit_queries,
+        max_tenants=max_tenants,
+        corpus_limit=corpus_limit,
+    )
     dataset.notes.append(f"loaded in {time.perf_counter() - t0:.1f} s")
     return dataset
 
 
-def evaluate_dataset(dataset: Dataset, *, admin_dsn: str, names: Sequence[str], cache: EmbeddingCache,
-                     settings: Mapping[str, Any], use_age: bool = False, cross_encoder: str | None = None,
-                     keep_database: bool = False, log: Log = print) -> DatasetResult:
+def evaluate_dataset(
+    dataset: Dataset,
+    *,
+    admin_dsn: str,
+    names: Sequence[str],
+    cache: EmbeddingCache,
+    settings: Mapping[str, Any],
+    use_age: bool = False,
+    cross_encoder: str | None = None,
+    keep_database: bool = False,
+    log: Log = print,
+) -> DatasetResult:
     depth = DEPTH.get(dataset.name, 100)
-    base = Config(**{"top_k": depth, "worker_limit": max(Config.worker_limit, depth), "use_age": use_age,
-                     **settings})
+    base = Config(**{"top_k": depth, "worker_limit": max(Config.worker_limit, depth), "use_age": use_age, **settings})
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     doc_vectors, query_vectors = embed(dataset, cache)
     timings["embed_s"] = time.perf_counter() - t0
-    results = _references(dataset, [n for n in names if n in REFERENCES], doc_vectors, query_vectors, base,
-                          depth, timings, log)
+    results = _references(
+        dataset, [n for n in names if n in REFERENCES], doc_vectors, query_vectors, base, depth, timings, log
+    )
     sql_names = [n for n in names if n not in REFERENCES]
     if sql_names:
         with fresh_database(admin_dsn, dataset.name, keep_database, log) as dsn:
-            results += _sql_configurations(dataset, sql_names, base.replace(dsn=dsn), cache, doc_vectors,
-                                           query_vectors, depth, cross_encoder, timings, log)
+            results += _sql_configurations(
+                dataset,
+                sql_names,
+                base.replace(dsn=dsn),
+                cache,
+                doc_vectors,
+                query_vectors,
+                depth,
+                cross_encoder,
+                timings,
+                log,
+            )
     order = {n: i for i, n in enumerate(names)}
     results.sort(key=lambda r: order.get(r.name, len(order)))
     shown = {k: v for k, v in base.as_dict().items() if k not in ("dsn", "data_dir")}
-    return DatasetResult(name=dataset.name, kind=dataset.kind, documents=len(dataset.documents),
-                         queries=len(dataset.queries), tenants=len(dataset.tenants), depth=depth,
-                         notes=dataset.notes, config=shown, timings=timings, configurations=results)
+    return DatasetResult(
+        name=dataset.name,
+        kind=dataset.kind,
+        documents=len(dataset.documents),
+        queries=len(dataset.queries),
+        tenants=len(dataset.tenants),
+        depth=depth,
+        notes=dataset.notes,
+        config=shown,
+        timings=timings,
+        configurations=results,
+    )
 
 
 def embed(dataset: Dataset, cache: EmbeddingCache):
     """({(tenant, doc_id): vector}, {query_id: vector}): documents as the library embeds memories
     (memoria_pg.embed_memories: content, plus context when there is one), queries normalized."""
     before = cache.embedded
-    doc_matrix = embed_memories(cache, [d.content for d in dataset.documents],
-                                [d.context for d in dataset.documents])
+    doc_matrix = embed_memories(cache, [d.content for d in dataset.documents], [d.context for d in dataset.documents])
     query_matrix = cache.embed([normalize(q.text) for q in dataset.queries])
     dataset.notes.append(f"embeddings: {cache.embedded - before} texts embedded, the rest read from {cache.path}")
-    return ({(d.tenant, d.doc_id): v for d, v in zip(dataset.documents, doc_matrix, strict=True)},
-            {q.query_id: v for q, v in zip(dataset.queries, query_matrix, strict=True)})
+    return (
+        {(d.tenant, d.doc_id): v for d, v in zip(dataset.documents, doc_matrix, strict=True)},
+        {q.query_id: v for q, v in zip(dataset.queries, query_matrix, strict=True)},
+    )
 
 
 def _references(dataset, names, doc_vectors, query_vectors, base: Config, depth: int, timings, log: Log):
     if not names:
         return []
     t0 = time.perf_counter()
-    runs = reference_runs(dataset, doc_vectors, query_vectors, names=names, depth=depth,
-                          k1=base.bm25_k1, b=base.bm25_b)
+    runs = reference_runs(dataset, doc_vectors, query_vectors, names=names, depth=depth, k1=base.bm25_k1, b=base.bm25_b)
     timings["references_s"] = time.perf_counter() - t0
     log(f"   references {', '.join(names)}: {timings['references_s']:.1f} s")
     return [_scored(ConfigurationResult(n, describe(n)), dataset, runs[n], depth) for n in names]
 
 
-def _sql_configurations(dataset, names, config: Config, cache, doc_vectors, query_vectors, depth: int,
-                        cross_encoder: str | None, timings, log: Log) -> list[ConfigurationResult]:
+def _sql_configurations(
+    dataset,
+    names,
+    config: Config,
+    cache,
+    doc_vectors,
+    query_vectors,
+    depth: int,
+    cross_encoder: str | None,
+    timings,
+    log: Log,
+) -> list[ConfigurationResult]:
     results = []
     ranking_error = None
     with contextlib.ExitStack() as stack:
@@ -187,8 +271,9 @@ def _sql_configurations(dataset, names, config: Config, cache, doc_vectors, quer
             elif conf.ranking and ranking_error:
                 result.status, result.error = "unavailable", f"ranking pipeline import failed: {ranking_error}"
             else:
-                result = _run_sql(system, config, conf, cache, ranking_error, cross_encoder, dataset,
-                                  query_vectors, depth, log)
+                result = _run_sql(
+                    system, config, conf, cache, ranking_error, cross_encoder, dataset, query_vectors, depth, log
+                )
             timings[f"{name}_s"] = result.seconds
             results.append(result)
     return results
@@ -196,17 +281,35 @@ def _sql_configurations(dataset, names, config: Config, cache, doc_vectors, quer
 
 def ingest(system, dataset: Dataset, doc_vectors: Mapping[tuple[str, str], np.ndarray], log: Log) -> None:
     """Store every document with its cached vector; doc_id goes into metadata and external_id."""
-    records = (MemoryRecord(content=d.content, tenant=d.tenant, metadata={**d.metadata, "doc_id": d.doc_id},
-                            created_at=d.created_at, external_id=d.doc_id, context=d.context,
-                            embedding=doc_vectors[(d.tenant, d.doc_id)])
-               for d in dataset.documents)
+    records = (
+        MemoryRecord(
+            content=d.content,
+            tenant=d.tenant,
+            metadata={**d.metadata, "doc_id": d.doc_id},
+            created_at=d.created_at,
+            external_id=d.doc_id,
+            context=d.context,
+            embedding=doc_vectors[(d.tenant, d.doc_id)],
+        )
+        for d in dataset.documents
+    )
     t0 = time.perf_counter()
     result = system.store_many(records)
     log(f"   stored {result.inserted} memories ({result.duplicates} duplicates) in {time.perf_counter() - t0:.1f} s")
 
 
-def _run_sql(system, config: Config, conf: Configuration, cache, ranking_error, cross_encoder, dataset: Dataset,
-             query_vectors, depth: int, log: Log) -> ConfigurationResult:
+def _run_sql(
+    system,
+    config: Config,
+    conf: Configuration,
+    cache,
+    ranking_error,
+    cross_encoder,
+    dataset: Dataset,
+    query_vectors,
+    depth: int,
+    log: Log,
+) -> ConfigurationResult:
     result = ConfigurationResult(conf.name, conf.description)
     overrides = dict(conf.overrides)
     if conf.name == CROSS_ENCODER:
@@ -239,8 +342,9 @@ def run_queries(system, conf: Configuration, dataset: Dataset, query_vectors, de
     tally = _Tally()
     for i, q in enumerate(dataset.queries):
         try:
-            response = system.query(q.text, tenant=q.tenant, top_k=depth, embedding=query_vectors[q.query_id],
-                                    **conf.query_kwargs())
+            response = system.query(
+                q.text, tenant=q.tenant, top_k=depth, embedding=query_vectors[q.query_id], **conf.query_kwargs()
+            )
         except Exception as exc:  # an evaluation reports a failing configuration instead of stopping
             if i == 0:
                 raise Unavailable(f"{type(exc).__name__}: {exc}") from exc
@@ -266,8 +370,17 @@ class _Tally:
 
     def __init__(self) -> None:
         self.ms: dict[str, list[float]] = {"total": [], "retrieval": [], "database": [], "ranking": []}
-        self.counters = {k: Counter() for k in ("finish_reasons", "routes", "submitted_sources", "failed_sources",
-                                                "pending_sources", "worker_errors")}
+        self.counters = {
+            k: Counter()
+            for k in (
+                "finish_reasons",
+                "routes",
+                "submitted_sources",
+                "failed_sources",
+                "pending_sources",
+                "worker_errors",
+            )
+        }
         self.candidates: list[int] = []
         self.errors, self.first_error = 0, None
 
@@ -289,8 +402,13 @@ class _Tally:
     def summary(self) -> dict[str, Any]:
         latency = _latency(self.ms["total"]) | {f"{k}_mean": _mean(v) for k, v in self.ms.items() if k != "total"}
         counters = {k: dict(c.most_common(3) if k == "worker_errors" else c) for k, c in self.counters.items()}
-        return {"latency_ms": latency, "errors": self.errors, "first_error": self.first_error,
-                "mean_candidates": _mean(self.candidates), **counters}
+        return {
+            "latency_ms": latency,
+            "errors": self.errors,
+            "first_error": self.first_error,
+            "mean_candidates": _mean(self.candidates),
+            **counters,
+        }
 
 
 def reset_access_counts(system, tenants: Iterable[str]) -> None:
@@ -300,8 +418,9 @@ def reset_access_counts(system, tenants: Iterable[str]) -> None:
         system.clear_access_statistics(tenant)
 
 
-def _scored(result: ConfigurationResult, dataset: Dataset, run: Mapping[str, Sequence[str]],
-            depth: int) -> ConfigurationResult:
+def _scored(
+    result: ConfigurationResult, dataset: Dataset, run: Mapping[str, Sequence[str]], depth: int
+) -> ConfigurationResult:
     result.metrics = score(dataset, run)
     result.curve = recall_curve(dataset, run, depth)
     return result
@@ -319,8 +438,11 @@ def _latency(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
     ordered = sorted(values)
-    return {"mean": statistics.fmean(values), "p50": ordered[len(ordered) // 2],
-            "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]}
+    return {
+        "mean": statistics.fmean(values),
+        "p50": ordered[len(ordered) // 2],
+        "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+    }
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -342,10 +464,20 @@ def _system(config: Config, cache: EmbeddingCache, ranking_error: str | None, *,
 def _code_version() -> str | None:
     root = Path(__file__).resolve().parent  # the checkout holding the harness (and the library beside it)
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return f"{head}{' (uncommitted changes)' if dirty else ''}"

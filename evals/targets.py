@@ -91,9 +91,15 @@ def check_targets(report: EvalReport) -> list[Check]:
             gap = abs(ours - exact)
             judged = parity.dataset is None or parity.dataset == ds.name
             label = f"{ds.name} |{parity.configuration} - {parity.reference}| {metric} <= {parity.tolerance:g}"
-            checks.append(Check(label + ("" if judged else " (informative)"), parity.configuration, gap,
-                                (gap <= parity.tolerance) if judged else None,
-                                f"{parity.configuration} {ours:.4f}, {parity.reference} {exact:.4f}"))
+            checks.append(
+                Check(
+                    label + ("" if judged else " (informative)"),
+                    parity.configuration,
+                    gap,
+                    (gap <= parity.tolerance) if judged else None,
+                    f"{parity.configuration} {ours:.4f}, {parity.reference} {exact:.4f}",
+                )
+            )
     return checks
 
 

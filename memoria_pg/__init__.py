@@ -12,16 +12,20 @@ from .db import load_sql, sql_dir
 from .db.embedded import start as start_embedded_server
 from .db.embedded import stop as stop_embedded_server
 from .errors import ConfigError, ExtensionMissing, InputError, MemoriaError, PoolTimeout, SchemaError, ServerError
+from .plugins import PluginRegistry
 from .query import QueryPipeline, QueryRequest, QueryResponse, Retrieval
 from .query.diagnostics import Diagnostics
+from .query.routing import PRESETS, ROUTES, Preset, Router, apply_preset
 from .query.scheduler import CompletionPolicy, SchedulerResult
-from .query.workers import DEFAULT_WORKERS, Worker, WorkerContext, WorkerRegistry
+from .query.workers import DEFAULT_WORKERS, FusionWeights, Worker, WorkerContext, WorkerRegistry
 from .ranking import RankingPipeline, RankingStage, RankingWeights
 from .system import MemorySystem
 
 __all__ = [
     "DEFAULT_MEMORY_TYPES",
     "DEFAULT_WORKERS",
+    "PRESETS",
+    "ROUTES",
     "CandidateRecord",
     "CompletionPolicy",
     "Config",
@@ -29,12 +33,15 @@ __all__ = [
     "Diagnostics",
     "Embedder",
     "ExtensionMissing",
+    "FusionWeights",
     "HashEmbedder",
     "InputError",
     "MemoriaError",
     "MemoryRecord",
     "MemorySystem",
+    "PluginRegistry",
     "PoolTimeout",
+    "Preset",
     "ProcessedQuery",
     "QueryPipeline",
     "QueryRequest",
@@ -44,6 +51,7 @@ __all__ = [
     "RankingWeights",
     "Retrieval",
     "Route",
+    "Router",
     "SchedulerResult",
     "SchemaError",
     "SentenceTransformerEmbedder",
@@ -53,12 +61,13 @@ __all__ = [
     "Worker",
     "WorkerContext",
     "WorkerRegistry",
+    "apply_preset",
     "embed_memories",
     "indexed_tokens",
-    "normalize",
-    "start_embedded_server",
     "load_sql",
+    "normalize",
     "sql_dir",
+    "start_embedded_server",
     "stop_embedded_server",
     "tokenize",
 ]

@@ -8,3 +8,5 @@ if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.
     "$PY" -m pip install --quiet "torch==2.13.0"
 fi
 "$PY" -m pip install --quiet -e ".[all]"
+# The evaluation harness (not part of the memoria-pg wheel): python -m evals, memoria-pg eval.
+"$PY" -m pip install --quiet -e ./evals

@@ -12,9 +12,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from memoria_pg.db import migrate
 from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.db import migrate
 
 # One template per test session, so concurrent runs against one server do not drop each other's.
 TEMPLATE = f"memoria_test_template_{os.getpid()}"
@@ -54,8 +54,9 @@ def eval_data() -> Callable[..., Path]:
         missing = [f"{n}/" for n in names if root is not None and not (root / n).is_dir()]
         if root is None or missing:
             where = f"{', '.join(missing)} not in {root}" if root else f"{DATA_ENV} is not set"
-            reason = (f"evaluation data not found ({where}): set {DATA_ENV} to the folder holding "
-                      f"{DATA_LAYOUT} (CI sets it)")
+            reason = (
+                f"evaluation data not found ({where}): set {DATA_ENV} to the folder holding {DATA_LAYOUT} (CI sets it)"
+            )
             if os.environ.get("MEMORIA_REQUIRE_EVAL_DATA") == "1":
                 pytest.fail(f"{reason}; MEMORIA_REQUIRE_EVAL_DATA=1 makes this a failure", pytrace=False)
             pytest.skip(reason)
@@ -86,8 +87,9 @@ def create_database(admin_dsn: str, template: str | None = None) -> tuple[str, s
     name = f"memoria_test_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         if template:
-            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template)))
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template))
+            )
         else:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     return name, _with_db(admin_dsn, name)

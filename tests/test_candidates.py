@@ -7,25 +7,24 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from memoria_pg.query.candidates import build_candidates, filter_by_type
-from memoria_pg.query.workers import DEFAULT_WORKERS
 from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
-from memoria_pg.system import MemorySystem
 from memoria_pg.core.types import CandidateRecord, SourceHit
-
+from memoria_pg.query.candidates import build_candidates, filter_by_type
+from memoria_pg.query.workers import DEFAULT_WORKERS
+from memoria_pg.system import MemorySystem
 
 SCORE_WEIGHTS = DEFAULT_WORKERS.weights("score")
 RRF_WEIGHTS = DEFAULT_WORKERS.weights("rrf")
 
 
 def hit(memory_id: int, source: str, rank: int, score: float, **detail) -> SourceHit:
-    return SourceHit(memory_id=memory_id, source=source, rank=rank, score=score, memory_type="general",
-                     detail=detail)
+    return SourceHit(memory_id=memory_id, source=source, rank=rank, score=score, memory_type="general", detail=detail)
 
 
-def candidates(system: MemorySystem, hits: dict[str, list[SourceHit]], *, tenant: str = "t", cap: int = 200,
-               method: str = "score"):
+def candidates(
+    system: MemorySystem, hits: dict[str, list[SourceHit]], *, tenant: str = "t", cap: int = 200, method: str = "score"
+):
     with system.db.transaction(tenant) as conn:
         return build_candidates(conn, hits, DEFAULT_WORKERS, cap=cap, rrf_k=60, depth=20, method=method)
 
@@ -33,12 +32,14 @@ def candidates(system: MemorySystem, hits: dict[str, list[SourceHit]], *, tenant
 @pytest.fixture
 def five(system):
     vecs = np.random.default_rng(1).normal(size=(5, 384)).astype(np.float32)
-    result = system.store_many([{"content": f"memory {i}", "tenant": "t", "embedding": v, "importance": 0.1 * i}
-                                for i, v in enumerate(vecs)])
+    result = system.store_many(
+        [{"content": f"memory {i}", "tenant": "t", "embedding": v, "importance": 0.1 * i} for i, v in enumerate(vecs)]
+    )
     return result.ids, vecs
 
 
 # -- the final CTE -----------------------------------------------------------------------------------
+
 
 def test_memory_found_by_three_sources_appears_once_with_each_score(system, five):
     (a, b, c, *_), vecs = five
@@ -57,7 +58,9 @@ def test_memory_found_by_three_sources_appears_once_with_each_score(system, five
     assert first.scores["graph_hops"] == 1.0
     assert first.scores["vector_rank"] == first.scores["bm25_rank"] == first.scores["graph_rank"] == 1.0
     # best of each list: every normalized score is 1
-    assert first.retrieval_score == pytest.approx(SCORE_WEIGHTS["vector"] + SCORE_WEIGHTS["bm25"] + SCORE_WEIGHTS["graph"])
+    assert first.retrieval_score == pytest.approx(
+        SCORE_WEIGHTS["vector"] + SCORE_WEIGHTS["bm25"] + SCORE_WEIGHTS["graph"]
+    )
     assert first.content == "memory 0" and first.tenant == "t"
     np.testing.assert_array_equal(first.embedding, vecs[0])
 
@@ -65,8 +68,11 @@ def test_memory_found_by_three_sources_appears_once_with_each_score(system, five
 def test_the_final_cte_gives_the_same_candidates_on_its_generic_plan(system, five):
     # The query path runs the final CTE with generic plans (prepared after psycopg's 5 executions).
     (a, b, c, d, e), _ = five
-    hits = {"vector": [hit(a, "vector", 1, 0.1), hit(b, "vector", 2, 0.3), hit(e, "vector", 3, 0.35)],
-            "bm25": [hit(c, "bm25", 1, 5.0), hit(a, "bm25", 2, 2.0)], "phrase": [hit(d, "phrase", 1, 1.0)]}
+    hits = {
+        "vector": [hit(a, "vector", 1, 0.1), hit(b, "vector", 2, 0.3), hit(e, "vector", 3, 0.35)],
+        "bm25": [hit(c, "bm25", 1, 5.0), hit(a, "bm25", 2, 2.0)],
+        "phrase": [hit(d, "phrase", 1, 1.0)],
+    }
     expected = [(x.memory_id, x.sources, x.scores, x.retrieval_score) for x in candidates(system, hits)]
     for _ in range(8):
         with system.db.transaction("t", generic_plans=True) as conn:
@@ -79,11 +85,14 @@ def test_the_final_cte_gives_the_same_candidates_on_its_generic_plan(system, fiv
 
 def test_score_fusion_normalizes_each_source_within_its_list(system, five):
     (a, b, c, d, e), _ = five
-    found = candidates(system, {
-        "vector": [hit(a, "vector", 1, 0.1), hit(b, "vector", 2, 0.3), hit(c, "vector", 3, 0.5)],  # distances
-        "bm25": [hit(d, "bm25", 1, 9.0), hit(c, "bm25", 2, 6.0), hit(e, "bm25", 3, 1.0)],
-        "attribute": [hit(e, "attribute", 1, 0.2), hit(b, "attribute", 2, 0.6)],  # distances
-    })
+    found = candidates(
+        system,
+        {
+            "vector": [hit(a, "vector", 1, 0.1), hit(b, "vector", 2, 0.3), hit(c, "vector", 3, 0.5)],  # distances
+            "bm25": [hit(d, "bm25", 1, 9.0), hit(c, "bm25", 2, 6.0), hit(e, "bm25", 3, 1.0)],
+            "attribute": [hit(e, "attribute", 1, 0.2), hit(b, "attribute", 2, 0.6)],  # distances
+        },
+    )
     score = {x.memory_id: x.retrieval_score for x in found}
     wv, wb, wa = SCORE_WEIGHTS["vector"], SCORE_WEIGHTS["bm25"], SCORE_WEIGHTS["attribute"]
     # min-max with the floor one step below the last hit: a list of n puts its last hit at 1/n
@@ -99,8 +108,9 @@ def test_score_fusion_normalizes_each_source_within_its_list(system, five):
 def test_the_last_of_two_hits_still_counts(system, five):
     """A memory second of two by vector and first by BM25 beats the vector's first alone."""
     (a, b, *_), _ = five
-    found = candidates(system, {"vector": [hit(a, "vector", 1, 0.2), hit(b, "vector", 2, 0.9)],
-                                "bm25": [hit(b, "bm25", 1, 2.0)]})
+    found = candidates(
+        system, {"vector": [hit(a, "vector", 1, 0.2), hit(b, "vector", 2, 0.9)], "bm25": [hit(b, "bm25", 1, 2.0)]}
+    )
     assert [x.memory_id for x in found] == [b, a]
     assert found[0].retrieval_score == pytest.approx(SCORE_WEIGHTS["vector"] * 0.5 + SCORE_WEIGHTS["bm25"])
 
@@ -113,8 +123,10 @@ def test_a_list_of_equal_scores_counts_fully(system, five):
 
 def test_rrf_method_fuses_by_rank(system, five):
     (a, b, c, *_), _ = five
-    hits = {"vector": [hit(a, "vector", 1, 0.1), hit(b, "vector", 2, 0.3)],
-            "bm25": [hit(a, "bm25", 1, 5.0), hit(c, "bm25", 2, 2.0)]}
+    hits = {
+        "vector": [hit(a, "vector", 1, 0.1), hit(b, "vector", 2, 0.3)],
+        "bm25": [hit(a, "bm25", 1, 5.0), hit(c, "bm25", 2, 2.0)],
+    }
     found = candidates(system, hits, method="rrf")
     assert [x.memory_id for x in found] == [a, b, c]
     assert found[0].retrieval_score == pytest.approx((RRF_WEIGHTS["vector"] + RRF_WEIGHTS["bm25"]) / 61)
@@ -129,8 +141,9 @@ def test_an_unknown_fusion_method_is_refused(system, five):
 
 def test_base_score_is_inverse_distance(system, five):
     (a, b, c, *_), _ = five
-    found = candidates(system, {"vector": [hit(a, "vector", 1, 0.25), hit(b, "vector", 2, 1.5)],
-                                "bm25": [hit(c, "bm25", 1, 3.0)]})
+    found = candidates(
+        system, {"vector": [hit(a, "vector", 1, 0.25), hit(b, "vector", 2, 1.5)], "bm25": [hit(c, "bm25", 1, 3.0)]}
+    )
     by_id = {x.memory_id: x for x in found}
     assert by_id[a].base_score == pytest.approx(1 / 1.25)
     assert by_id[b].base_score == pytest.approx(1 / 2.5)
@@ -139,8 +152,10 @@ def test_base_score_is_inverse_distance(system, five):
 
 def test_cap_keeps_the_best_fused_candidates(system, five):
     ids, _ = five
-    hits = {"vector": [hit(m, "vector", r, 0.1 * r) for r, m in enumerate(ids, 1)],
-            "bm25": [hit(m, "bm25", r, 10.0 - r) for r, m in enumerate(reversed(ids), 1)]}
+    hits = {
+        "vector": [hit(m, "vector", r, 0.1 * r) for r, m in enumerate(ids, 1)],
+        "bm25": [hit(m, "bm25", r, 10.0 - r) for r, m in enumerate(reversed(ids), 1)],
+    }
     # attribute votes in the fused score (graph and phrase are auxiliary: weight 0)
     hits["attribute"] = [hit(ids[2], "attribute", 1, 0.0)]
     found = candidates(system, hits, cap=2)
@@ -161,10 +176,19 @@ def test_no_hits_no_candidates(system):
 
 # -- through the query -------------------------------------------------------------------------------
 
+
 def test_query_deduplicates_across_sources(system):
-    system.store_many([{"content": c, "tenant": "t"} for c in (
-        "Alice's favourite colour is blue", "Alice bought a blue bicycle", "The sea is blue today",
-        "Bob prefers green tea")])
+    system.store_many(
+        [
+            {"content": c, "tenant": "t"}
+            for c in (
+                "Alice's favourite colour is blue",
+                "Alice bought a blue bicycle",
+                "The sea is blue today",
+                "Bob prefers green tea",
+            )
+        ]
+    )
     response = system.query("Alice's favourite colour", tenant="t")
     ids = [c.memory_id for c in response.candidates]
     assert len(ids) == len(set(ids))
@@ -179,8 +203,9 @@ def test_query_deduplicates_across_sources(system):
 def test_candidate_count_is_capped(config: Config):
     cfg = config.replace(ranking_candidate_limit=200, worker_limit=300)
     with MemorySystem(cfg, embedder=HashEmbedder()) as system:
-        system.store_many([{"content": f"harbour log entry {i} mentions crate {i * 7}", "tenant": "t"}
-                           for i in range(300)])
+        system.store_many(
+            [{"content": f"harbour log entry {i} mentions crate {i * 7}", "tenant": "t"} for i in range(300)]
+        )
         response = system.query("harbour log crate", tenant="t", workers=["vector", "bm25"], ranking=False)
     d = response.diagnostics
     assert d.worker_hits == {"vector": 300, "bm25": 300}
@@ -191,10 +216,20 @@ def test_candidate_count_is_capped(config: Config):
 
 # -- type filtering ----------------------------------------------------------------------------------
 
+
 def record(memory_id: int, memory_type: str) -> CandidateRecord:
-    return CandidateRecord(memory_id=memory_id, tenant="t", memory_type=memory_type, content="c", metadata={},
-                           importance=0.5, created_at=dt.datetime.now(dt.timezone.utc), last_accessed_at=None,
-                           access_count=0, embedding=None)
+    return CandidateRecord(
+        memory_id=memory_id,
+        tenant="t",
+        memory_type=memory_type,
+        content="c",
+        metadata={},
+        importance=0.5,
+        created_at=dt.datetime.now(dt.UTC),
+        last_accessed_at=None,
+        access_count=0,
+        embedding=None,
+    )
 
 
 def test_filter_by_type_keeps_the_hinted_type_or_everything():
@@ -214,9 +249,13 @@ def test_typed_query_falls_back_when_no_candidate_has_the_type(system):
 
 
 def test_typed_query_keeps_only_matching_candidates(system):
-    system.store_many([{"content": f"how to bake sourdough bread step {i}", "tenant": "t"} for i in range(4)]
-                      + [{"content": "how to knead bread dough", "tenant": "t", "memory_type": "procedural"},
-                         {"content": "how to bake rye bread", "tenant": "t", "memory_type": "procedural"}])
+    system.store_many(
+        [{"content": f"how to bake sourdough bread step {i}", "tenant": "t"} for i in range(4)]
+        + [
+            {"content": "how to knead bread dough", "tenant": "t", "memory_type": "procedural"},
+            {"content": "how to bake rye bread", "tenant": "t", "memory_type": "procedural"},
+        ]
+    )
     response = system.query("how to bake bread", tenant="t", memory_type="procedural")
     assert response.diagnostics.type_filter_applied
     assert {m.memory_type for m in response.candidates} == {"procedural"}

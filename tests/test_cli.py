@@ -11,9 +11,9 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from memoria_pg.db import migrate
 from memoria_pg.cli import cli
 from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.db import migrate
 
 CLEAN_ENV = {"MEMORIA_DSN": None, "MEMORIA_DATA_DIR": None}
 
@@ -49,6 +49,7 @@ def walk(command: click.Command, path: tuple[str, ...] = ()):
 
 # -- help and configuration --------------------------------------------------------------------------
 
+
 def test_every_command_has_help_text():
     commands = list(walk(cli))
     assert len(commands) > 10
@@ -76,8 +77,13 @@ def test_config_prints_values_and_honours_the_environment():
 
 
 def test_config_json_redacts_the_password():
-    result = invoke("--dsn", "postgresql://app:s3cret@db.example:5432/mem", "config", "--json",
-                    env={"MEMORIA_RETRIEVAL_DEADLINE_MS": "750"})
+    result = invoke(
+        "--dsn",
+        "postgresql://app:s3cret@db.example:5432/mem",
+        "config",
+        "--json",
+        env={"MEMORIA_RETRIEVAL_DEADLINE_MS": "750"},
+    )
     assert result.exit_code == 0, result.output
     values = json.loads(result.stdout)
     assert values["retrieval_deadline_ms"] == 750
@@ -93,6 +99,7 @@ def test_invalid_environment_value_is_a_clean_error():
 
 
 # -- db and types ------------------------------------------------------------------------------------
+
 
 def test_db_upgrade_current_history_downgrade(empty_dsn):
     assert invoke("--dsn", empty_dsn, "db", "current").stdout.strip() == "base (no schema)"
@@ -160,16 +167,21 @@ def test_presets_lists_named_mixes():
 
 # -- ingest ------------------------------------------------------------------------------------------
 
+
 def test_ingest_prints_a_summary_and_is_rerunnable(dsn, tmp_path):
-    path = write_jsonl(tmp_path / "m.jsonl", [
-        {"content": "Ingrid grows basil on the balcony.", "tenant": "t"},
-        {"content": "The balcony faces south.", "tenant": "t", "importance": 0.8},
-        {"content": "Basil needs sun.", "tenant": "t", "memory_type": "fact"},
-    ])
+    path = write_jsonl(
+        tmp_path / "m.jsonl",
+        [
+            {"content": "Ingrid grows basil on the balcony.", "tenant": "t"},
+            {"content": "The balcony faces south.", "tenant": "t", "importance": 0.8},
+            {"content": "Basil needs sun.", "tenant": "t", "memory_type": "fact"},
+        ],
+    )
     result = invoke("--dsn", dsn, "ingest", str(path))
     assert result.exit_code == 0, result.output
-    assert re.fullmatch(r"stored 3 memories \(0 duplicates skipped\) from 3 records in [\d.]+s: [\d,]+ records/s\n",
-                        result.stdout), result.stdout
+    assert re.fullmatch(
+        r"stored 3 memories \(0 duplicates skipped\) from 3 records in [\d.]+s: [\d,]+ records/s\n", result.stdout
+    ), result.stdout
     assert memory_count(dsn) == 3
 
     again = invoke("--dsn", dsn, "ingest", str(path))
@@ -178,11 +190,14 @@ def test_ingest_prints_a_summary_and_is_rerunnable(dsn, tmp_path):
     assert memory_count(dsn) == 3
 
 
-@pytest.mark.parametrize("bad_record, message", [
-    ('{"content": "broken"', "invalid JSON"),
-    ({"content": "too important", "importance": "high"}, "importance"),
-    ({"content": "wrong type", "memory_type": "nope"}, "unknown memory_type"),
-])
+@pytest.mark.parametrize(
+    "bad_record, message",
+    [
+        ('{"content": "broken"', "invalid JSON"),
+        ({"content": "too important", "importance": "high"}, "importance"),
+        ({"content": "wrong type", "memory_type": "nope"}, "unknown memory_type"),
+    ],
+)
 def test_ingest_of_a_bad_line_names_it_and_writes_nothing(dsn, tmp_path, bad_record, message):
     good = [{"content": "first good line"}, {"content": "second good line"}]
     if isinstance(bad_record, dict):
@@ -213,7 +228,8 @@ def test_ingest_csv_with_tenant_option(dsn, tmp_path):
     path.write_text("content,importance\nfirst row,0.2\nsecond row,0.9\n", encoding="utf-8")
     vectors = HashEmbedder().embed(["first row", "second row"])
     lines = ["content,importance,embedding"] + [
-        f'{c},{i},"{json.dumps(v.tolist())}"' for c, i, v in zip(["first row", "second row"], [0.2, 0.9], vectors)]
+        f'{c},{i},"{json.dumps(v.tolist())}"' for c, i, v in zip(["first row", "second row"], [0.2, 0.9], vectors)
+    ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     result = invoke("--dsn", dsn, "ingest", "--tenant", "csvtenant", str(path))
     assert result.exit_code == 0, result.output
@@ -224,13 +240,17 @@ def test_ingest_csv_with_tenant_option(dsn, tmp_path):
 
 # -- query -------------------------------------------------------------------------------------------
 
+
 @pytest.mark.model
 def test_query_prints_results_with_the_real_model(dsn, tmp_path):
     pytest.importorskip("sentence_transformers")
-    path = write_jsonl(tmp_path / "m.jsonl", [
-        {"content": "Oskar repairs vintage bicycles in his garage.", "tenant": "t"},
-        {"content": "The library closes at eight on Fridays.", "tenant": "t"},
-    ])
+    path = write_jsonl(
+        tmp_path / "m.jsonl",
+        [
+            {"content": "Oskar repairs vintage bicycles in his garage.", "tenant": "t"},
+            {"content": "The library closes at eight on Fridays.", "tenant": "t"},
+        ],
+    )
     assert invoke("--dsn", dsn, "ingest", str(path)).exit_code == 0
 
     result = invoke("--dsn", dsn, "query", "--tenant", "t", "vintage bicycles repair")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from memoria_pg.db import embedded as server
-from memoria_pg.db import migrate
 from memoria_pg.cli import cli
 from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.db import embedded as server
+from memoria_pg.db import migrate
 from memoria_pg.system import MemorySystem
 
 pytestmark = pytest.mark.embedded
@@ -20,8 +20,12 @@ def test_library_starts_embedded_server_and_answers(tmp_path):
     with MemorySystem(cfg, embedder=HashEmbedder()) as system:
         assert system.db.capabilities.vector
         assert system.db.capabilities.server_version.startswith("18")
-        system.store_many([{"content": "Ada keeps bees on the roof.", "tenant": "t"},
-                           {"content": "The roof garden has tomatoes.", "tenant": "t"}])
+        system.store_many(
+            [
+                {"content": "Ada keeps bees on the roof.", "tenant": "t"},
+                {"content": "The roof garden has tomatoes.", "tenant": "t"},
+            ]
+        )
         response = system.query("who keeps bees", tenant="t", ranking=False)
         assert response.memories[0].content == "Ada keeps bees on the roof."
         assert "vector" in response.diagnostics.completed_sources

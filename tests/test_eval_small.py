@@ -45,14 +45,14 @@ def test_locomo_v4_not_below_v3(data_root: Path, admin_dsn: str, tmp_path: Path)
     assert v4 >= v3, f"LoCoMo evidence recall@10: V4 retrieval-only {v4:.4f} < V3 {v3:.4f}"
 
 
-def test_scifact_v4_not_below_v3_and_bm25_matches_rank_bm25(data_root: Path, admin_dsn: str,
-                                                             tmp_path: Path) -> None:
+def test_scifact_v4_not_below_v3_and_bm25_matches_rank_bm25(data_root: Path, admin_dsn: str, tmp_path: Path) -> None:
     result = _evaluate(admin_dsn, data_root, tmp_path, "scifact", limit_queries=50, corpus_limit=1000)
     v4, v3 = (_value(result, n, "all", "ndcg@10") for n in ("v4", "v3"))
     assert v4 >= v3, f"SciFact nDCG@10: V4 retrieval-only {v4:.4f} < V3 {v3:.4f}"
     worker, reference = (_value(result, n, "all", "ndcg@10") for n in ("bm25", "ref_bm25"))
-    assert abs(worker - reference) <= BM25_DRIFT, \
+    assert abs(worker - reference) <= BM25_DRIFT, (
         f"SciFact nDCG@10: BM25 worker {worker:.4f} vs rank_bm25 {reference:.4f} (allowed drift {BM25_DRIFT})"
+    )
 
 
 def test_conversation_loaders_store_turns_with_their_neighbours(eval_data):
@@ -65,6 +65,7 @@ def test_conversation_loaders_store_turns_with_their_neighbours(eval_data):
     assert session[0].context == "\n".join(d.content for d in session[1:3])
     assert all(d.context is None for d in locomo.load(data_root, context_turns=0).documents)
     turns = longmemeval.load(data_root).documents
-    first = [d for d in turns if d.metadata["session_id"] == turns[0].metadata["session_id"]
-             and d.tenant == turns[0].tenant]
+    first = [
+        d for d in turns if d.metadata["session_id"] == turns[0].metadata["session_id"] and d.tenant == turns[0].tenant
+    ]
     assert first[1].context == f"{first[0].content}\n{first[2].content}"

@@ -18,15 +18,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from memoria_pg.db import embedded as server
 from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.core.types import SourceHit
+from memoria_pg.db import embedded as server
 from memoria_pg.errors import PoolTimeout
 from memoria_pg.query.scheduler import Scheduler
-from memoria_pg.system import MemorySystem
-from memoria_pg.core.types import SourceHit
 from memoria_pg.query.workers import DEFAULT_WORKERS
 from memoria_pg.query.workers.phrase import PhraseWorker
+from memoria_pg.system import MemorySystem
 
 REPO = Path(__file__).resolve().parents[1]
 MARK = "memoria fault test"
@@ -38,7 +38,8 @@ def backends(admin: psycopg.Connection, marked: bool = False) -> list[int]:
     """Pids of the other backends of this database (the pool's), or of those running SLEEP_SQL."""
     rows = admin.execute(
         "SELECT pid, query FROM pg_stat_activity WHERE datname = current_database() "
-        "AND pid <> pg_backend_pid() AND backend_type = 'client backend'").fetchall()
+        "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+    ).fetchall()
     return [pid for pid, query in rows if not marked or MARK in (query or "")]
 
 
@@ -54,6 +55,7 @@ def wait_for(predicate, timeout: float = NO_HANG_S, what: str = "condition"):
 
 def terminate_when_sleeping(dsn: str) -> threading.Thread:
     """A thread that terminates the backend running SLEEP_SQL as soon as it shows up."""
+
     def run() -> None:
         with psycopg.connect(dsn, autocommit=True) as admin:
             for pid in wait_for(lambda: backends(admin, marked=True), what="the sleeping statement"):
@@ -76,21 +78,28 @@ class Sleepy(PhraseWorker):
 
 @pytest.fixture
 def stored(config: Config):
-    with MemorySystem(config.replace(retrieval_deadline_ms=15_000), embedder=HashEmbedder(),
-                      worker_registry=DEFAULT_WORKERS.replace(Sleepy)) as system:
-        ids = system.store_many([{"content": 'Maya walked the "Old Town" walls at dawn.', "tenant": "t"},
-                                 {"content": "Maya's notebook is green.", "tenant": "t"}]).ids
+    with MemorySystem(
+        config.replace(retrieval_deadline_ms=15_000),
+        embedder=HashEmbedder(),
+        worker_registry=DEFAULT_WORKERS.replace(Sleepy),
+    ) as system:
+        ids = system.store_many(
+            [
+                {"content": 'Maya walked the "Old Town" walls at dawn.', "tenant": "t"},
+                {"content": "Maya's notebook is green.", "tenant": "t"},
+            ]
+        ).ids
         system.stored_ids = ids
         yield system
 
 
 # -- pg_terminate_backend ------------------------------------------------------------------------------
 
+
 def test_worker_terminated_mid_query_fails_and_the_query_answers(stored, dsn):
     killer = terminate_when_sleeping(dsn)
     started = time.monotonic()
-    response = stored.query('walking the "Old Town" walls', tenant="t", workers=["vector", "sleepy"],
-                            ranking=False)
+    response = stored.query('walking the "Old Town" walls', tenant="t", workers=["vector", "sleepy"], ranking=False)
     killer.join(NO_HANG_S)
     d = response.diagnostics
     assert time.monotonic() - started < NO_HANG_S
@@ -107,6 +116,7 @@ def test_worker_terminated_mid_query_fails_and_the_query_answers(stored, dsn):
 def test_terminated_scheduler_task_is_failed_and_its_connection_discarded(system, dsn):
     scheduler = Scheduler(system.db, max_workers=4)
     try:
+
         def sleeper(conn):
             conn.execute(SLEEP_SQL)
             return []
@@ -171,13 +181,23 @@ N_RECORDS, BATCH = 5000, 500
 
 def write_corpus(path: Path) -> Path:
     embedder = HashEmbedder()
-    texts = [f"Memory {i}: tenant {i % 3} noted item {i * 7919 % 10007} about topic {i % 41}."
-             for i in range(N_RECORDS)]
+    texts = [
+        f"Memory {i}: tenant {i % 3} noted item {i * 7919 % 10007} about topic {i % 41}." for i in range(N_RECORDS)
+    ]
     vectors = embedder.embed(texts)
     with path.open("w", encoding="utf-8") as fh:
         for i, (text, vector) in enumerate(zip(texts, vectors)):
-            fh.write(json.dumps({"content": text, "tenant": f"tenant{i % 3}", "embedding": vector.round(6).tolist(),
-                                 "metadata": {"seq": i}}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "content": text,
+                        "tenant": f"tenant{i % 3}",
+                        "embedding": vector.round(6).tolist(),
+                        "metadata": {"seq": i},
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -193,7 +213,8 @@ def consistent_counts(dsn: str) -> int:
         with_terms = conn.execute("SELECT count(DISTINCT memory_id) FROM memoria.memory_terms").fetchone()[0]
         orphans = conn.execute(
             "SELECT count(*) FROM memoria.memory_terms t WHERE NOT EXISTS "
-            "(SELECT 1 FROM memoria.memories m WHERE m.id = t.memory_id)").fetchone()[0]
+            "(SELECT 1 FROM memoria.memories m WHERE m.id = t.memory_id)"
+        ).fetchone()[0]
         keys = conn.execute("SELECT count(DISTINCT (tenant, dedup_key)) FROM memoria.memories").fetchone()[0]
     assert docs == with_terms == keys == memories and orphans == 0
     return memories
@@ -203,12 +224,16 @@ def test_sigkill_mid_ingest_leaves_whole_batches_and_a_rerun_completes(dsn, tmp_
     path = write_corpus(tmp_path / "big.jsonl")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("MEMORIA_DSN", None)
-    proc = subprocess.Popen(ingest_command(dsn, path), cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        ingest_command(dsn, path), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         with psycopg.connect(dsn, autocommit=True) as admin:  # the superuser sees every tenant
-            wait_for(lambda: admin.execute("SELECT count(*) FROM memoria.memories").fetchone()[0] >= BATCH,
-                     timeout=60, what="the first committed batch")
+            wait_for(
+                lambda: admin.execute("SELECT count(*) FROM memoria.memories").fetchone()[0] >= BATCH,
+                timeout=60,
+                what="the first committed batch",
+            )
         proc.send_signal(signal.SIGKILL)
         proc.wait(NO_HANG_S)
     finally:
@@ -221,11 +246,13 @@ def test_sigkill_mid_ingest_leaves_whole_batches_and_a_rerun_completes(dsn, tmp_
     count = consistent_counts(dsn)
     assert count % BATCH == 0 and BATCH <= count < N_RECORDS, count
 
-    rerun = subprocess.run(ingest_command(dsn, path), cwd=REPO, env=env, capture_output=True, text=True,
-                           timeout=300, check=False)
+    rerun = subprocess.run(
+        ingest_command(dsn, path), cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert rerun.returncode == 0, rerun.stderr
-    assert rerun.stdout.startswith(f"stored {N_RECORDS - count} memories ({count} duplicates skipped) "
-                                   f"from {N_RECORDS} records"), rerun.stdout
+    assert rerun.stdout.startswith(
+        f"stored {N_RECORDS - count} memories ({count} duplicates skipped) from {N_RECORDS} records"
+    ), rerun.stdout
     assert consistent_counts(dsn) == N_RECORDS
 
 
@@ -272,19 +299,28 @@ def test_concurrent_ranked_queries_do_not_deadlock_on_access_counts(config: Conf
 
 def test_concurrent_writers_sharing_tenants_and_types_do_not_deadlock(config: Config, dsn: str):
     with MemorySystem(config.replace(pool_max_size=16), embedder=HashEmbedder()) as system:
+
         def writer(k: int) -> None:
             r = random.Random(k)
             for b in range(6):  # tenants, types and entities shared between writers, in random orders
-                system.store_many([{"content": f"{' '.join(r.sample(WORDS, 3))} w{k} b{b} r{i}",
-                                    "tenant": r.choice("xyz"), "memory_type": r.choice(["general", "fact", "episodic"]),
-                                    "entities": r.sample(["Alice", "Bob", "Carol", "Dan", "Eve"], 3)}
-                                   for i in range(12)])
+                system.store_many(
+                    [
+                        {
+                            "content": f"{' '.join(r.sample(WORDS, 3))} w{k} b{b} r{i}",
+                            "tenant": r.choice("xyz"),
+                            "memory_type": r.choice(["general", "fact", "episodic"]),
+                            "entities": r.sample(["Alice", "Bob", "Carol", "Dan", "Eve"], 3),
+                        }
+                        for i in range(12)
+                    ]
+                )
 
         assert run_threads(writer, 4) == []
     assert consistent_counts(dsn) == 4 * 6 * 12
 
 
 # -- an exhausted pool ------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def small_pool(config: Config):
@@ -296,9 +332,11 @@ def small_pool(config: Config):
 
 def test_exhausted_pool_is_a_quick_pool_timeout_and_recovers(small_pool):
     with small_pool.db.connection(), small_pool.db.connection():
-        for call in (lambda: small_pool.query("Maya notebook", tenant="t"),
-                     lambda: small_pool.query("the", tenant="t"),  # no entity lookup: reaches the scheduler
-                     lambda: small_pool.store("Maya's pen is blue.", tenant="t")):
+        for call in (
+            lambda: small_pool.query("Maya notebook", tenant="t"),
+            lambda: small_pool.query("the", tenant="t"),  # no entity lookup: reaches the scheduler
+            lambda: small_pool.store("Maya's pen is blue.", tenant="t"),
+        ):
             started = time.monotonic()
             with pytest.raises(PoolTimeout, match=r"no database connection became free .*max_size=2"):
                 call()
@@ -338,6 +376,7 @@ def test_waiting_for_a_connection_never_outlasts_the_deadline(config: Config):
 
 
 # -- the embedded server: restarts, and no AGE ------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def own_server(tmp_path_factory):

@@ -16,10 +16,9 @@ import numpy as np
 import psycopg
 import pytest
 
-from memoria_pg.db import graph_age
-from memoria_pg.core.text import normalize_entity
-from memoria_pg.core.text import normalize
+from memoria_pg.core.text import normalize, normalize_entity
 from memoria_pg.core.types import ProcessedQuery, Shard
+from memoria_pg.db import graph_age
 from memoria_pg.query.workers import WorkerContext
 from memoria_pg.query.workers.graph import GraphWorker
 
@@ -62,15 +61,26 @@ CHAIN = [
 
 def corpus(tenant: str, seed: int, n_random: int = 60) -> list[dict]:
     rng = random.Random(seed)
-    records = [{"content": f"[{tenant}] chain {i}: {' / '.join(names)}", "entities": names,
-                "memory_type": memory_type, "tenant": tenant}
-               for i, (names, memory_type) in enumerate(CHAIN)]
+    records = [
+        {
+            "content": f"[{tenant}] chain {i}: {' / '.join(names)}",
+            "entities": names,
+            "memory_type": memory_type,
+            "tenant": tenant,
+        }
+        for i, (names, memory_type) in enumerate(CHAIN)
+    ]
     pool = TRICKY + PLAIN
     for i in range(n_random):
         names = rng.sample(pool, rng.randint(1, 4))
-        records.append({"content": f"[{tenant}] random {i}: {' / '.join(names)}", "entities": names,
-                        "memory_type": rng.choice(["general", "episodic", "semantic", "fact"]),
-                        "tenant": tenant})
+        records.append(
+            {
+                "content": f"[{tenant}] random {i}: {' / '.join(names)}",
+                "entities": names,
+                "memory_type": rng.choice(["general", "episodic", "semantic", "fact"]),
+                "tenant": tenant,
+            }
+        )
     return records
 
 
@@ -86,8 +96,10 @@ QUERIES = [[name] for name in TRICKY + PLAIN] + [
 @pytest.fixture
 def age_system(request, server_has_age):
     if not server_has_age:
-        pytest.skip("the test server has no Apache AGE extension: run `bash scripts/age-server.sh start` "
-                    "and set MEMORIA_TEST_DSN to its DSN (database postgres) to run the AGE graph tests")
+        pytest.skip(
+            "the test server has no Apache AGE extension: run `bash scripts/age-server.sh start` "
+            "and set MEMORIA_TEST_DSN to its DSN (database postgres) to run the AGE graph tests"
+        )
     system = request.getfixturevalue("system")
     assert system.graph_backend == "age", "the server has AGE but the migrated database has no graph"
     return system
@@ -110,15 +122,28 @@ def loaded(age_system):
     return age_system
 
 
-def worker_rows(system, tenant: str, entities: list[str], depth: int, backend: str,
-                memory_type: str | None = None, limit: int = 50, **bounds: int) -> list[tuple]:
+def worker_rows(
+    system,
+    tenant: str,
+    entities: list[str],
+    depth: int,
+    backend: str,
+    memory_type: str | None = None,
+    limit: int = 50,
+    **bounds: int,
+) -> list[tuple]:
     """The raw rows of the graph worker's statement, through GraphWorker's own SQL and params;
     `bounds` overrides the walk's (graph_fanout, graph_entity_memories)."""
     ctx = WorkerContext(
-        query=ProcessedQuery(text=" ".join(entities), normalized="", tokens=[], tenant=tenant,
-                             entities=list(entities)),
-        embedding=np.zeros(384, dtype=np.float32), shards=(Shard(memory_type),), limit=10,
-        graph_limit=limit, graph_depth=depth, config=system.config.replace(**bounds), graph_backend=backend)
+        query=ProcessedQuery(text=" ".join(entities), normalized="", tokens=[], tenant=tenant, entities=list(entities)),
+        embedding=np.zeros(384, dtype=np.float32),
+        shards=(Shard(memory_type),),
+        limit=10,
+        graph_limit=limit,
+        graph_depth=depth,
+        config=system.config.replace(**bounds),
+        graph_backend=backend,
+    )
     worker = GraphWorker()
     rows = []
     with system.db.transaction(tenant) as conn:
@@ -144,10 +169,10 @@ def mirror(conn, tenant: str) -> dict[str, set]:
     out = {}
     vertices = {
         "Memory": f"SELECT id::text, {prop}(properties, 'memory_id')::bigint, "
-                  f"{prop}(properties, 'memory_type') FROM memoria_graph.\"Memory\" WHERE {prop}(properties, 'tenant') = %s",
+        f"{prop}(properties, 'memory_type') FROM memoria_graph.\"Memory\" WHERE {prop}(properties, 'tenant') = %s",
         "Entity": f"SELECT id::text, {prop}(properties, 'entity_id')::bigint, {prop}(properties, 'name'), "
-                  f"{prop}(properties, 'norm_name'), {prop}(properties, 'kind') "
-                  f"FROM memoria_graph.\"Entity\" WHERE {prop}(properties, 'tenant') = %s",
+        f"{prop}(properties, 'norm_name'), {prop}(properties, 'kind') "
+        f"FROM memoria_graph.\"Entity\" WHERE {prop}(properties, 'tenant') = %s",
     }
     ids = {}
     for label, query in vertices.items():
@@ -157,8 +182,10 @@ def mirror(conn, tenant: str) -> dict[str, set]:
         ids.update({r[0]: r[1] for r in rows})
     for label in ("MENTIONS", "RELATED"):
         rows = conn.execute(
-            f"SELECT start_id::text, end_id::text, properties FROM memoria_graph.\"{label}\" "
-            f"WHERE {prop}(properties, 'tenant') = %s", (tenant,)).fetchall()
+            f'SELECT start_id::text, end_id::text, properties FROM memoria_graph."{label}" '
+            f"WHERE {prop}(properties, 'tenant') = %s",
+            (tenant,),
+        ).fetchall()
         edges = set()
         for start, end, properties in rows:
             props = json.loads(properties)
@@ -170,8 +197,10 @@ def mirror(conn, tenant: str) -> dict[str, set]:
 
 
 def all_graph_rows(conn) -> dict[str, list]:
-    return {label: conn.execute(f'SELECT id::text, properties FROM memoria_graph."{label}" ORDER BY id').fetchall()
-            for label in ("Memory", "Entity", "MENTIONS", "RELATED")}
+    return {
+        label: conn.execute(f'SELECT id::text, properties FROM memoria_graph."{label}" ORDER BY id').fetchall()
+        for label in ("Memory", "Entity", "MENTIONS", "RELATED")
+    }
 
 
 def test_mirror_matches_the_plain_tables(loaded, admin):
@@ -186,8 +215,12 @@ def test_mirror_matches_the_plain_tables(loaded, admin):
         assert conn.execute("SELECT current_setting('memoria.tenant', true)").fetchone()[0] in (None, "")
     # nothing in the graph without a tenant, or with a tenant other than the two
     for label in ("Memory", "Entity", "MENTIONS", "RELATED"):
-        tenants = {r[0] for r in admin.execute(
-            f"SELECT ag_catalog.agtype_object_field_text(properties, 'tenant') FROM memoria_graph.\"{label}\"")}
+        tenants = {
+            r[0]
+            for r in admin.execute(
+                f"SELECT ag_catalog.agtype_object_field_text(properties, 'tenant') FROM memoria_graph.\"{label}\""
+            )
+        }
         assert tenants == {TENANT_A, TENANT_B}, label
 
 
@@ -195,10 +228,12 @@ def test_names_survive_the_round_trip(loaded, admin):
     """Exotic names are stored verbatim and are found through Cypher with the parameter map."""
     params = graph_age.cypher_params([normalize_entity(n) for n in TRICKY], TENANT_A, 1)
     rows = admin.execute(
-            "SELECT name::text, norm_name::text FROM ag_catalog.cypher('memoria_graph', $$ "
-            "MATCH (e:Entity) WHERE e.tenant = $tenant AND e.norm_name IN $names "
-            "RETURN e.name, e.norm_name $$, %s::ag_catalog.agtype) "
-            "AS (name ag_catalog.agtype, norm_name ag_catalog.agtype)", (params,)).fetchall()
+        "SELECT name::text, norm_name::text FROM ag_catalog.cypher('memoria_graph', $$ "
+        "MATCH (e:Entity) WHERE e.tenant = $tenant AND e.norm_name IN $names "
+        "RETURN e.name, e.norm_name $$, %s::ag_catalog.agtype) "
+        "AS (name ag_catalog.agtype, norm_name ag_catalog.agtype)",
+        (params,),
+    ).fetchall()
     assert {name for name, _ in rows} == {normalize(n) for n in TRICKY}
     assert {norm for _, norm in rows} == {normalize_entity(n) for n in TRICKY}
 
@@ -232,8 +267,13 @@ def test_depth_walks_further(age_system):
         rows = worker_rows(age_system, tenant, ["Alice"], depth, "age")
         assert rows == worker_rows(age_system, tenant, ["Alice"], depth, "sql")
         assert {r[0]: (r[2], r[3]) for r in rows} == want, depth
-    assert [r[0] for r in worker_rows(age_system, tenant, ["Alice"], 3, "age")] == \
-        [ids[8], ids[0], ids[7], ids[1], ids[2]]  # hops, then entity hits desc, then the most recent
+    assert [r[0] for r in worker_rows(age_system, tenant, ["Alice"], 3, "age")] == [
+        ids[8],
+        ids[0],
+        ids[7],
+        ids[1],
+        ids[2],
+    ]  # hops, then entity hits desc, then the most recent
 
 
 def test_rows_become_hits_identically(loaded):
@@ -243,11 +283,18 @@ def test_rows_become_hits_identically(loaded):
             for backend in ("sql", "age"):
                 ctx = WorkerContext(
                     query=ProcessedQuery(text="", normalized="", tokens=[], tenant=TENANT_A, entities=entities),
-                    embedding=np.zeros(384, dtype=np.float32), shards=(Shard(None), Shard("episodic")),
-                    limit=10, graph_limit=20, graph_depth=depth, config=loaded.config, graph_backend=backend)
+                    embedding=np.zeros(384, dtype=np.float32),
+                    shards=(Shard(None), Shard("episodic")),
+                    limit=10,
+                    graph_limit=20,
+                    graph_depth=depth,
+                    config=loaded.config,
+                    graph_backend=backend,
+                )
                 with loaded.db.transaction(TENANT_A) as conn:
-                    hits[backend] = [(h.memory_id, h.rank, h.score, h.memory_type, h.detail)
-                                     for h in GraphWorker().run(conn, ctx)]
+                    hits[backend] = [
+                        (h.memory_id, h.rank, h.score, h.memory_type, h.detail) for h in GraphWorker().run(conn, ctx)
+                    ]
             assert hits["age"] == hits["sql"] and hits["age"]
 
 
@@ -257,11 +304,17 @@ def test_cypher_reference_walk_agrees(loaded, admin):
     for entities in (["Alice"], ["$$ Dollar $$", "MATCH"], ["'); DROP TABLE memoria.memories; --"]):
         names = sorted({normalize_entity(e) for e in entities})
         for depth in range(1, graph_age.MAX_CYPHER_DEPTH + 1):
-            params = {"entities": names, "depth": depth, "memory_type": None, "limit": 1000,
-                      "cypher_params": graph_age.cypher_params(names, TENANT_A, depth)}
+            params = {
+                "entities": names,
+                "depth": depth,
+                "memory_type": None,
+                "limit": 1000,
+                "cypher_params": graph_age.cypher_params(names, TENANT_A, depth),
+            }
             cypher_rows = [tuple(r) for r in admin.execute(graph_age.CYPHER_WALK, params).fetchall()]
-            assert cypher_rows == worker_rows(loaded, TENANT_A, entities, depth, "sql", limit=1000,
-                                              graph_fanout=1000, graph_entity_memories=1000)
+            assert cypher_rows == worker_rows(
+                loaded, TENANT_A, entities, depth, "sql", limit=1000, graph_fanout=1000, graph_entity_memories=1000
+            )
             assert cypher_rows
 
 
@@ -283,8 +336,11 @@ def test_tenant_isolation(loaded):
     for depth in (1, 2, 3):
         assert worker_rows(loaded, TENANT_A, [only_b], depth, "age") == []
         assert worker_rows(loaded, TENANT_A, [only_b], depth, "sql") == []
-        assert worker_rows(loaded, TENANT_B, [only_b], depth, "age") == \
-            worker_rows(loaded, TENANT_B, [only_b], depth, "sql") != []
+        assert (
+            worker_rows(loaded, TENANT_B, [only_b], depth, "age")
+            == worker_rows(loaded, TENANT_B, [only_b], depth, "sql")
+            != []
+        )
     # A tenant that has nothing sees nothing.
     assert worker_rows(loaded, "nobody", ["Alice"], 3, "age") == []
 
@@ -337,10 +393,15 @@ def test_sync_twice_in_one_transaction_adds_nothing(age_system, admin):
 def test_rebuild(loaded, admin):
     b_before = {label: [r for r in rows if TENANT_B in r[1]] for label, rows in all_graph_rows(admin).items()}
     # wipe part of tenant A's mirror behind the library's back
-    admin.execute("DELETE FROM memoria_graph.\"RELATED\" WHERE "
-                  "ag_catalog.agtype_object_field_text(properties, 'tenant') = %s", (TENANT_A,))
-    admin.execute("DELETE FROM memoria_graph.\"MENTIONS\" WHERE id IN (SELECT id FROM memoria_graph.\"MENTIONS\" "
-                  "WHERE ag_catalog.agtype_object_field_text(properties, 'tenant') = %s LIMIT 5)", (TENANT_A,))
+    admin.execute(
+        "DELETE FROM memoria_graph.\"RELATED\" WHERE ag_catalog.agtype_object_field_text(properties, 'tenant') = %s",
+        (TENANT_A,),
+    )
+    admin.execute(
+        'DELETE FROM memoria_graph."MENTIONS" WHERE id IN (SELECT id FROM memoria_graph."MENTIONS" '
+        "WHERE ag_catalog.agtype_object_field_text(properties, 'tenant') = %s LIMIT 5)",
+        (TENANT_A,),
+    )
     with loaded.db.connection() as conn:
         counts = graph_age.rebuild(conn, TENANT_A)
     with loaded.db.transaction(TENANT_A) as conn:
@@ -351,13 +412,14 @@ def test_rebuild(loaded, admin):
     assert b_after == b_before
     for entities in (["Alice"], ["MATCH"]):
         for depth in (1, 2, 3):
-            assert worker_rows(loaded, TENANT_A, entities, depth, "age") == \
-                worker_rows(loaded, TENANT_A, entities, depth, "sql")
+            assert worker_rows(loaded, TENANT_A, entities, depth, "age") == worker_rows(
+                loaded, TENANT_A, entities, depth, "sql"
+            )
 
 
 def test_cypher_params_is_an_agtype_map():
-    text = graph_age.cypher_params(["b", "a", "b", "$$ {x} \\ \"q\""], "t'{}", 2)
-    assert json.loads(text) == {"names": ["$$ {x} \\ \"q\"", "a", "b"], "tenant": "t'{}", "depth": 2}
+    text = graph_age.cypher_params(["b", "a", "b", '$$ {x} \\ "q"'], "t'{}", 2)
+    assert json.loads(text) == {"names": ['$$ {x} \\ "q"', "a", "b"], "tenant": "t'{}", "depth": 2}
 
 
 def test_a_schema_before_0003_asks_for_the_upgrade(admin_dsn, server_has_age):
@@ -365,9 +427,9 @@ def test_a_schema_before_0003_asks_for_the_upgrade(admin_dsn, server_has_age):
     a batch fails with SchemaError (and writes nothing), the graph worker fails and the query answers."""
     if not server_has_age:
         pytest.skip("the server has no Apache AGE")
-    from memoria_pg.db import migrate
     from memoria_pg.config import Config
     from memoria_pg.core.embedding import HashEmbedder
+    from memoria_pg.db import migrate
     from memoria_pg.errors import SchemaError
     from memoria_pg.system import MemorySystem
 

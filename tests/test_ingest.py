@@ -14,15 +14,23 @@ import pytest
 from pgvector.psycopg import register_vector
 
 from memoria_pg.core.embedding import CONTEXT_WEIGHT
-from memoria_pg.errors import InputError
+from memoria_pg.core.text import tokenize
 from memoria_pg.core.types import MemoryRecord
+from memoria_pg.errors import InputError
 from memoria_pg.ingest import Ingestor, RecordRules
 from memoria_pg.ingest.files import read_records
 from memoria_pg.system import MemorySystem
-from memoria_pg.core.text import tokenize
 
-WRITTEN_TABLES = ("memories", "memory_terms", "entities", "memory_entities", "entity_edges",
-                  "memory_attributes", "bm25_docs", "bm25_terms")
+WRITTEN_TABLES = (
+    "memories",
+    "memory_terms",
+    "entities",
+    "memory_entities",
+    "entity_edges",
+    "memory_attributes",
+    "bm25_docs",
+    "bm25_terms",
+)
 
 
 def counts(dsn: str) -> dict[str, int]:
@@ -43,6 +51,7 @@ def unit_vectors(n: int, seed: int = 0) -> np.ndarray:
 
 
 # -- store / store_many / idempotency ----------------------------------------------------------------
+
 
 def test_store_returns_the_new_id_then_none_for_the_same_content(system, dsn):
     first = system.store("The sky over Lisbon was violet.", tenant="t")
@@ -85,7 +94,7 @@ def test_duplicates_inside_one_batch_are_stored_once(system, dsn):
 
 # -- atomicity ---------------------------------------------------------------------------------------
 
-FUTURE = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=30)).isoformat()
+FUTURE = (dt.datetime.now(dt.UTC) + dt.timedelta(days=30)).isoformat()
 BAD_RECORDS = {
     "unknown memory type": ({"content": "x", "memory_type": "nope"}, "unknown memory_type"),
     "importance high": ({"content": "x", "importance": "high"}, "importance"),
@@ -124,23 +133,31 @@ def test_a_failure_while_writing_rolls_back_every_tenant_of_the_batch(system, ds
         if tenant == "b":
             raise RuntimeError("graph mirror unavailable")
 
-    rules = RecordRules(memory_types=system.memory_types, default_type="general", default_tenant="default",
-                        dim=384, max_chars=1000)
+    rules = RecordRules(
+        memory_types=system.memory_types, default_type="general", default_tenant="default", dim=384, max_chars=1000
+    )
     ingestor = Ingestor(system.db, embedder=system.embedder, rules=rules, k1=1.2, b=0.75, graph_writer=fail_for_b)
     with pytest.raises(RuntimeError):
-        ingestor.store_batch([{"content": "Ada Lovelace wrote notes", "tenant": "a"},
-                              {"content": "Grace Hopper found a bug", "tenant": "b"}])
+        ingestor.store_batch(
+            [
+                {"content": "Ada Lovelace wrote notes", "tenant": "a"},
+                {"content": "Grace Hopper found a bug", "tenant": "b"},
+            ]
+        )
     assert counts(dsn) == dict.fromkeys(WRITTEN_TABLES, 0)
 
 
 # -- the COPY path and what it maintains -------------------------------------------------------------
 
+
 def test_copy_rows_count_every_staged_row(system, dsn):
-    result = system.store_many([
-        {"content": "Alice's favourite colour is blue"},
-        {"content": "Bob lives in Paris with Alice"},
-        {"content": "the quick brown fox jumps over the lazy dog"},
-    ])
+    result = system.store_many(
+        [
+            {"content": "Alice's favourite colour is blue"},
+            {"content": "Bob lives in Paris with Alice"},
+            {"content": "the quick brown fox jumps over the lazy dog"},
+        ]
+    )
     c = counts(dsn)
     assert result.inserted == 3
     assert c["memory_attributes"] >= 2 and c["memory_entities"] >= 3
@@ -153,8 +170,9 @@ def test_bm25_statistics_follow_the_corpus(system, dsn):
     system.store_many([{"content": "apple pie", "tenant": "other"}])
 
     def stats():
-        n_docs, sum_len = rows(dsn, "SELECT n_docs, sum_len FROM memoria.bm25_docs "
-                                    "WHERE tenant = 't' AND memory_type = 'general'")[0]
+        n_docs, sum_len = rows(
+            dsn, "SELECT n_docs, sum_len FROM memoria.bm25_docs WHERE tenant = 't' AND memory_type = 'general'"
+        )[0]
         df = dict(rows(dsn, "SELECT term, df FROM memoria.bm25_terms WHERE tenant = 't'"))
         return n_docs, sum_len, df
 
@@ -172,25 +190,38 @@ def test_bm25_statistics_follow_the_corpus(system, dsn):
 
 def test_postings_hold_term_frequency_and_length(system, dsn):
     memory_id = system.store("cherry cherry durian apple", tenant="t")
-    postings = rows(dsn, "SELECT term, tf, doc_len FROM memoria.memory_terms WHERE memory_id = %s ORDER BY term",
-                    (memory_id,))
+    postings = rows(
+        dsn, "SELECT term, tf, doc_len FROM memoria.memory_terms WHERE memory_id = %s ORDER BY term", (memory_id,)
+    )
     assert postings == [("apple", 1, 4), ("cherry", 2, 4), ("durian", 1, 4)]
 
 
 def test_entities_and_cooccurrence_edges(system, dsn):
-    system.store_many([{"content": "Alice met Bob in Paris.", "tenant": "t"},
-                       {"content": "Alice and Bob flew to Rome.", "tenant": "t"}])
+    system.store_many(
+        [
+            {"content": "Alice met Bob in Paris.", "tenant": "t"},
+            {"content": "Alice and Bob flew to Rome.", "tenant": "t"},
+        ]
+    )
     names = {r[0] for r in rows(dsn, "SELECT name FROM memoria.entities WHERE tenant = 't'")}
     assert names == {"Alice", "Bob", "Paris", "Rome"}
-    edges = dict(((a, b), w) for a, b, w in rows(
-        dsn, "SELECT s.name, d.name, e.weight FROM memoria.entity_edges e "
-             "JOIN memoria.entities s ON s.id = e.src_id JOIN memoria.entities d ON d.id = e.dst_id"))
+    edges = dict(
+        ((a, b), w)
+        for a, b, w in rows(
+            dsn,
+            "SELECT s.name, d.name, e.weight FROM memoria.entity_edges e "
+            "JOIN memoria.entities s ON s.id = e.src_id JOIN memoria.entities d ON d.id = e.dst_id",
+        )
+    )
     assert edges[("Alice", "Bob")] == edges[("Bob", "Alice")] == 2
     assert edges[("Alice", "Paris")] == edges[("Paris", "Alice")] == 1
     assert edges[("Bob", "Rome")] == 1
     assert ("Paris", "Rome") not in edges
-    mentions = rows(dsn, "SELECT count(*) FROM memoria.memory_entities me JOIN memoria.entities e "
-                         "ON e.id = me.entity_id WHERE e.name = 'Alice'")
+    mentions = rows(
+        dsn,
+        "SELECT count(*) FROM memoria.memory_entities me JOIN memoria.entities e "
+        "ON e.id = me.entity_id WHERE e.name = 'Alice'",
+    )
     assert mentions == [(2,)]
 
 
@@ -201,10 +232,14 @@ def test_supplied_entities_are_used_as_given(system, dsn):
 
 
 def test_attributes_are_extracted(system, dsn):
-    system.store_many([{"content": "Alice's favourite colour is blue"},
-                       {"content": "Bob lives in Paris"},
-                       {"content": "My favourite food is sushi", "metadata": {"speaker": "Dana"}},
-                       {"content": "the report is due", "attributes": [["Carol", "Employer", "Acme"]]}])
+    system.store_many(
+        [
+            {"content": "Alice's favourite colour is blue"},
+            {"content": "Bob lives in Paris"},
+            {"content": "My favourite food is sushi", "metadata": {"speaker": "Dana"}},
+            {"content": "the report is due", "attributes": [["Carol", "Employer", "Acme"]]},
+        ]
+    )
     triples = set(rows(dsn, "SELECT subject, attribute, value FROM memoria.memory_attributes"))
     assert ("Alice", "favourite colour", "blue") in triples
     assert ("Bob", "location", "Paris") in triples
@@ -214,15 +249,20 @@ def test_attributes_are_extracted(system, dsn):
 
 def test_a_context_is_indexed_with_the_content_weighted_higher(system, dsn):
     memory_id = system.store("They are a real support.", tenant="t", context="How is your family doing?")
-    postings = dict((term, (tf, doc_len)) for term, tf, doc_len in rows(
-        dsn, "SELECT term, tf, doc_len FROM memoria.memory_terms WHERE memory_id = %s", (memory_id,)))
+    postings = dict(
+        (term, (tf, doc_len))
+        for term, tf, doc_len in rows(
+            dsn, "SELECT term, tf, doc_len FROM memoria.memory_terms WHERE memory_id = %s", (memory_id,)
+        )
+    )
     own, context = tokenize("They are a real support."), tokenize("How is your family doing?")
     doc_len = 2 * len(own) + len(context)
     assert postings["support"] == (2, doc_len) and postings["family"] == (1, doc_len)
     assert rows(dsn, "SELECT sum_len FROM memoria.bm25_docs WHERE tenant = 't'") == [(doc_len,)]
     # the context is indexed and kept beside the content, not part of it
-    assert rows(dsn, "SELECT content, context FROM memoria.memories WHERE id = %s", (memory_id,)) == \
-        [("They are a real support.", "How is your family doing?")]
+    assert rows(dsn, "SELECT content, context FROM memoria.memories WHERE id = %s", (memory_id,)) == [
+        ("They are a real support.", "How is your family doing?")
+    ]
 
 
 def test_a_memory_is_found_by_its_context_and_its_own_words_rank_first(system):
@@ -239,17 +279,23 @@ def test_a_context_changes_the_embedding_not_a_supplied_vector(system, dsn):
     supplied = unit_vectors(1)[0]
     given = system.store("They are a real support.", tenant="c", context="How is your family?", embedding=supplied)
     stored = dict(rows(dsn, "SELECT id, embedding FROM memoria.memories"))
-    own, in_context = system.embedder.embed(["They are a real support.",
-                                             "They are a real support. How is your family?"])
+    own, in_context = system.embedder.embed(
+        ["They are a real support.", "They are a real support. How is your family?"]
+    )
     combined = own + CONTEXT_WEIGHT * in_context  # memoria_pg.embedding.embed_memories
     np.testing.assert_allclose(stored[plain].to_numpy(), own, rtol=1e-5)
     np.testing.assert_allclose(stored[with_context].to_numpy(), combined / np.linalg.norm(combined), rtol=1e-5)
     np.testing.assert_array_equal(stored[given].to_numpy(), supplied)
 
 
-@pytest.mark.parametrize("context, message", [(42, "context must be a string"),
-                                              ("a\x00b", "context contains a NUL byte"),
-                                              ("x" * 100_001, "context has 100001 characters")])
+@pytest.mark.parametrize(
+    "context, message",
+    [
+        (42, "context must be a string"),
+        ("a\x00b", "context contains a NUL byte"),
+        ("x" * 100_001, "context has 100001 characters"),
+    ],
+)
 def test_a_bad_context_fails_the_batch_with_a_clear_error(system, dsn, context, message):
     with pytest.raises(InputError, match=message):
         system.store_many([{"content": "fine", "tenant": "t"}, {"content": "also fine", "context": context}])
@@ -259,8 +305,9 @@ def test_a_bad_context_fails_the_batch_with_a_clear_error(system, dsn, context, 
 def test_a_blank_context_is_no_context(system, dsn):
     memory_id = system.store("cherry durian", tenant="t", context="   ")
     assert rows(dsn, "SELECT context FROM memoria.memories WHERE id = %s", (memory_id,)) == [(None,)]
-    assert rows(dsn, "SELECT term, tf, doc_len FROM memoria.memory_terms WHERE memory_id = %s ORDER BY term",
-                (memory_id,)) == [("cherry", 1, 2), ("durian", 1, 2)]
+    assert rows(
+        dsn, "SELECT term, tf, doc_len FROM memoria.memory_terms WHERE memory_id = %s ORDER BY term", (memory_id,)
+    ) == [("cherry", 1, 2), ("durian", 1, 2)]
 
 
 def test_supplied_vectors_are_stored_unchanged(config, dsn):
@@ -280,12 +327,14 @@ def test_records_without_vectors_are_embedded_by_the_embedder(system, dsn):
 
 
 def test_mixed_tenants_in_one_batch(system):
-    result = system.store_many([
-        {"content": "shared sentence", "tenant": "a"},
-        {"content": "shared sentence", "tenant": "b"},
-        {"content": "only for a", "tenant": "a"},
-        MemoryRecord(content="only for b", tenant="b"),
-    ])
+    result = system.store_many(
+        [
+            {"content": "shared sentence", "tenant": "a"},
+            {"content": "shared sentence", "tenant": "b"},
+            {"content": "only for a", "tenant": "a"},
+            MemoryRecord(content="only for b", tenant="b"),
+        ]
+    )
     assert result.inserted == 4
     for tenant, expected in (("a", {"shared sentence", "only for a"}), ("b", {"shared sentence", "only for b"})):
         with system.db.transaction(tenant) as conn:
@@ -297,6 +346,7 @@ def test_mixed_tenants_in_one_batch(system):
 
 # -- JSONL and CSV files -----------------------------------------------------------------------------
 
+
 def write(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path
@@ -304,14 +354,19 @@ def write(path: Path, text: str) -> Path:
 
 def test_jsonl_records_carry_their_line(tmp_path):
     path = write(tmp_path / "m.jsonl", '{"content": "one"}\n\n{"content": "two", "importance": 0.9}\n')
-    assert list(read_records(path)) == [("m.jsonl line 1", {"content": "one"}),
-                                        ("m.jsonl line 3", {"content": "two", "importance": 0.9})]
+    assert list(read_records(path)) == [
+        ("m.jsonl line 1", {"content": "one"}),
+        ("m.jsonl line 3", {"content": "two", "importance": 0.9}),
+    ]
 
 
-@pytest.mark.parametrize("line, message", [
-    ("{not json", "invalid JSON"),
-    ('["a", "list"]', "expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("{not json", "invalid JSON"),
+        ('["a", "list"]', "expected a JSON object"),
+    ],
+)
 def test_jsonl_malformed_line_names_its_number(tmp_path, line, message):
     path = write(tmp_path / "m.jsonl", f'{{"content": "one"}}\n{{"content": "two"}}\n{line}\n{{"content": "four"}}\n')
     with pytest.raises(InputError, match=rf"m\.jsonl line 3: {message}"):
@@ -319,31 +374,51 @@ def test_jsonl_malformed_line_names_its_number(tmp_path, line, message):
 
 
 def test_csv_columns_are_parsed(tmp_path):
-    path = write(tmp_path / "m.csv",
-                 'content,memory_type,metadata,entities,importance,pinned\n'
-                 '"Hello, world",fact,"{""k"": 1}",Alice; Bob,0.7,yes\n'
-                 'plain,,,,,\n')
+    path = write(
+        tmp_path / "m.csv",
+        "content,memory_type,metadata,entities,importance,pinned\n"
+        '"Hello, world",fact,"{""k"": 1}",Alice; Bob,0.7,yes\n'
+        "plain,,,,,\n",
+    )
     records = list(read_records(path))
     assert records == [
-        ("m.csv line 2", {"content": "Hello, world", "memory_type": "fact", "metadata": {"k": 1},
-                          "entities": ["Alice", "Bob"], "importance": "0.7", "pinned": True}),
+        (
+            "m.csv line 2",
+            {
+                "content": "Hello, world",
+                "memory_type": "fact",
+                "metadata": {"k": 1},
+                "entities": ["Alice", "Bob"],
+                "importance": "0.7",
+                "pinned": True,
+            },
+        ),
         ("m.csv line 3", {"content": "plain"}),
     ]
 
 
-@pytest.mark.parametrize("body, message", [
-    ('content,metadata\nok,\nbad,"{oops"\n', r"m\.csv line 3: column 'metadata' is not valid JSON"),
-    ("content\nok\nok,extra\n", r"m\.csv line 3: more fields"),
-    ("text\nno content column\n", r"m\.csv line 1: the CSV header must name a 'content' column"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ('content,metadata\nok,\nbad,"{oops"\n', r"m\.csv line 3: column 'metadata' is not valid JSON"),
+        ("content\nok\nok,extra\n", r"m\.csv line 3: more fields"),
+        ("text\nno content column\n", r"m\.csv line 1: the CSV header must name a 'content' column"),
+    ],
+)
 def test_csv_malformed_line_names_its_number(tmp_path, body, message):
     with pytest.raises(InputError, match=message):
         list(read_records(write(tmp_path / "m.csv", body)))
 
 
 def test_file_records_that_fail_validation_name_their_line(system, dsn, tmp_path):
-    path = write(tmp_path / "m.jsonl", "\n".join(json.dumps(r) for r in [
-        {"content": "fine"}, {"content": "not fine", "importance": "high"}, {"content": "fine too"}]) + "\n")
+    path = write(
+        tmp_path / "m.jsonl",
+        "\n".join(
+            json.dumps(r)
+            for r in [{"content": "fine"}, {"content": "not fine", "importance": "high"}, {"content": "fine too"}]
+        )
+        + "\n",
+    )
     pairs = list(read_records(path))
     with pytest.raises(InputError, match=r"m\.jsonl line 2: importance"):
         system.store_many([r for _, r in pairs], wheres=[w for w, _ in pairs])
@@ -352,9 +427,9 @@ def test_file_records_that_fail_validation_name_their_line(system, dsn, tmp_path
 
 def test_a_schema_older_than_the_library_asks_for_the_upgrade(admin_dsn):
     """Before 0006 memories have no context column: a batch fails with SchemaError and writes nothing."""
-    from memoria_pg.db import migrate
     from memoria_pg.config import Config
     from memoria_pg.core.embedding import HashEmbedder
+    from memoria_pg.db import migrate
     from memoria_pg.errors import SchemaError
 
     from .conftest import create_database, drop_database
@@ -362,14 +437,16 @@ def test_a_schema_older_than_the_library_asks_for_the_upgrade(admin_dsn):
     name, dsn = create_database(admin_dsn)
     try:
         migrate.upgrade(dsn, "0005")
-        with MemorySystem(Config(dsn=dsn, pool_min_size=1, pool_max_size=2, use_age=False),
-                          embedder=HashEmbedder()) as system:
+        with MemorySystem(
+            Config(dsn=dsn, pool_min_size=1, pool_max_size=2, use_age=False), embedder=HashEmbedder()
+        ) as system:
             with pytest.raises(SchemaError, match="older than this library.*memoria-pg db upgrade"):
                 system.store("Alice met Bob in Paris.", tenant="A")
         assert counts(dsn)["memories"] == 0
         migrate.upgrade(dsn)
-        with MemorySystem(Config(dsn=dsn, pool_min_size=1, pool_max_size=2, use_age=False),
-                          embedder=HashEmbedder()) as system:
+        with MemorySystem(
+            Config(dsn=dsn, pool_min_size=1, pool_max_size=2, use_age=False), embedder=HashEmbedder()
+        ) as system:
             assert system.store("Alice met Bob in Paris.", tenant="A") is not None
     finally:
         drop_database(admin_dsn, name)

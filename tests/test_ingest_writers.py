@@ -13,8 +13,8 @@ import threading
 import psycopg
 import pytest
 
-from memoria_pg.db import migrate
 from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.db import migrate
 from memoria_pg.errors import InputError
 from memoria_pg.system import MemorySystem
 
@@ -32,9 +32,14 @@ def records(n: int, seed: int = 5) -> list[dict]:
             out.append(dict(out[r.randrange(len(out))]))
             continue
         a, b = r.sample(PEOPLE, 2)
-        out.append({"content": f"{a} and {b} talked about {' '.join(r.sample(WORDS, 3))} ({i}). "
-                               f"{a}'s favourite colour is {r.choice(['teal', 'red', 'blue'])}.",
-                    "tenant": r.choice("xyz"), "memory_type": r.choice(["general", "fact", "episodic"])})
+        out.append(
+            {
+                "content": f"{a} and {b} talked about {' '.join(r.sample(WORDS, 3))} ({i}). "
+                f"{a}'s favourite colour is {r.choice(['teal', 'red', 'blue'])}.",
+                "tenant": r.choice("xyz"),
+                "memory_type": r.choice(["general", "fact", "episodic"]),
+            }
+        )
     return out
 
 
@@ -44,17 +49,25 @@ def state(dsn: str) -> dict[str, object]:
         q = lambda sql: sorted(conn.execute(sql).fetchall())  # noqa: E731
         return {
             "memories": q("SELECT tenant, memory_type, content, doc_len FROM memoria.memories"),
-            "postings": q("SELECT t.tenant, m.content, t.term, t.tf, t.doc_len FROM memoria.memory_terms t "
-                          "JOIN memoria.memories m ON m.id = t.memory_id"),
+            "postings": q(
+                "SELECT t.tenant, m.content, t.term, t.tf, t.doc_len FROM memoria.memory_terms t "
+                "JOIN memoria.memories m ON m.id = t.memory_id"
+            ),
             "docs": q("SELECT tenant, memory_type, n_docs, sum_len FROM memoria.bm25_docs"),
             "df": q("SELECT tenant, memory_type, term, df FROM memoria.bm25_terms"),
             "entities": q("SELECT tenant, norm_name FROM memoria.entities"),
-            "mentions": q("SELECT m.content, e.norm_name FROM memoria.memory_entities me "
-                          "JOIN memoria.memories m ON m.id = me.memory_id JOIN memoria.entities e ON e.id = me.entity_id"),
-            "edges": q("SELECT ed.tenant, a.norm_name, b.norm_name, ed.weight FROM memoria.entity_edges ed "
-                       "JOIN memoria.entities a ON a.id = ed.src_id JOIN memoria.entities b ON b.id = ed.dst_id"),
-            "attributes": q("SELECT a.tenant, m.content, a.subject, a.attribute, a.value FROM memoria.memory_attributes a "
-                            "JOIN memoria.memories m ON m.id = a.memory_id"),
+            "mentions": q(
+                "SELECT m.content, e.norm_name FROM memoria.memory_entities me "
+                "JOIN memoria.memories m ON m.id = me.memory_id JOIN memoria.entities e ON e.id = me.entity_id"
+            ),
+            "edges": q(
+                "SELECT ed.tenant, a.norm_name, b.norm_name, ed.weight FROM memoria.entity_edges ed "
+                "JOIN memoria.entities a ON a.id = ed.src_id JOIN memoria.entities b ON b.id = ed.dst_id"
+            ),
+            "attributes": q(
+                "SELECT a.tenant, m.content, a.subject, a.attribute, a.value FROM memoria.memory_attributes a "
+                "JOIN memoria.memories m ON m.id = a.memory_id"
+            ),
         }
 
 
@@ -70,8 +83,10 @@ def test_two_writers_leave_what_one_writer_leaves(config, admin_dsn, template_ds
                 results[writers] = system.store_many(data, batch_size=16, writers=writers)
             states[writers] = state(dsn)
             with psycopg.connect(dsn) as conn:
-                stored = {row[0]: row[1:] for row in conn.execute(
-                    "SELECT id, tenant, memory_type, content FROM memoria.memories")}
+                stored = {
+                    row[0]: row[1:]
+                    for row in conn.execute("SELECT id, tenant, memory_type, content FROM memoria.memories")
+                }
             # ids per record, in input order: each id is the memory stored from that very record
             for record, memory_id in zip(data, results[writers].ids):
                 if memory_id is not None:
@@ -154,8 +169,10 @@ def test_late_memories_leave_what_the_same_batch_leaves_in_key_order(config, adm
                 system.store_many(data[:20], batch_size=20)  # some of the batch is already stored
                 results[bool(late)] = system.ingestor.write(system.ingestor.prepare_batch(data[10:]), late)
                 with psycopg.connect(dsn) as conn:
-                    stored = {r[0]: r[1:] for r in conn.execute("SELECT id, tenant, memory_type, content "
-                                                                 "FROM memoria.memories")}
+                    stored = {
+                        r[0]: r[1:]
+                        for r in conn.execute("SELECT id, tenant, memory_type, content FROM memoria.memories")
+                    }
             states[bool(late)] = state(dsn)
         finally:
             drop_database(admin_dsn, name)
@@ -208,8 +225,12 @@ def test_a_memory_whose_key_a_batch_in_flight_inserts_is_written_late(system, ds
 
     ingestor.write = gated
     first = [{"content": f"first batch note {i}", "tenant": "t"} for i in range(4)]
-    second = [{"content": "a new note", "tenant": "t"}, dict(first[2]), {"content": "first batch note 1",
-                                                                      "tenant": "u"}, dict(first[0])]
+    second = [
+        {"content": "a new note", "tenant": "t"},
+        dict(first[2]),
+        {"content": "first batch note 1", "tenant": "u"},
+        dict(first[0]),
+    ]
     result = system.store_many(first + second, batch_size=4, writers=2)
     assert lates == [set(), {1, 3}]  # the same tenant, type and content; not the other tenant's
     assert result.inserted == 6 and result.duplicates == 2
@@ -244,22 +265,28 @@ def test_a_deadlock_of_late_memories_is_retried_in_key_order(system, dsn):
 def counts_of(dsn: str) -> tuple[int, int]:
     """(memories, BM25 documents) over all tenants."""
     with psycopg.connect(dsn) as conn:
-        return (conn.execute("SELECT count(*) FROM memoria.memories").fetchone()[0],
-                conn.execute("SELECT coalesce(sum(n_docs), 0) FROM memoria.bm25_docs").fetchone()[0])
+        return (
+            conn.execute("SELECT count(*) FROM memoria.memories").fetchone()[0],
+            conn.execute("SELECT coalesce(sum(n_docs), 0) FROM memoria.bm25_docs").fetchone()[0],
+        )
 
 
 def hnsw_options(dsn: str) -> set[str]:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute("SELECT c.reloptions::text FROM pg_class c JOIN pg_am a ON a.oid = c.relam "
-                            "WHERE a.amname = 'hnsw' AND c.relnamespace = 'memoria'::regnamespace").fetchall()
+        rows = conn.execute(
+            "SELECT c.reloptions::text FROM pg_class c JOIN pg_am a ON a.oid = c.relam "
+            "WHERE a.amname = 'hnsw' AND c.relnamespace = 'memoria'::regnamespace"
+        ).fetchall()
     return {r[0] for r in rows}
 
 
 def tsv_gin_count(dsn: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute("SELECT count(*) FROM pg_index x JOIN pg_attribute a ON a.attrelid = x.indrelid "
-                            "AND a.attnum = ANY (x.indkey) JOIN pg_class c ON c.oid = x.indrelid "
-                            "WHERE c.relnamespace = 'memoria'::regnamespace AND a.attname = 'tsv'").fetchone()[0]
+        return conn.execute(
+            "SELECT count(*) FROM pg_index x JOIN pg_attribute a ON a.attrelid = x.indrelid "
+            "AND a.attnum = ANY (x.indkey) JOIN pg_class c ON c.oid = x.indrelid "
+            "WHERE c.relnamespace = 'memoria'::regnamespace AND a.attname = 'tsv'"
+        ).fetchone()[0]
 
 
 def test_0005_rebuilds_hnsw_with_m_8_and_drops_the_tsv_gin_and_its_downgrade_restores_them(empty_dsn):
@@ -287,8 +314,9 @@ def test_pipeline_mode_only_where_libpq_supports_it(monkeypatch):
     from memoria_pg.ingest import Ingestor, RecordRules
 
     def ingestor() -> Ingestor:
-        rules = RecordRules(memory_types=("general",), default_type="general", default_tenant="t", dim=384,
-                            max_chars=1000)
+        rules = RecordRules(
+            memory_types=("general",), default_type="general", default_tenant="t", dim=384, max_chars=1000
+        )
         return Ingestor(None, embedder=HashEmbedder(), rules=rules, k1=1.2, b=0.75)  # type: ignore[arg-type]
 
     assert ingestor().pipeline is psycopg.Pipeline.is_supported()

@@ -6,14 +6,22 @@ import numpy as np
 import psycopg
 import pytest
 
-from memoria_pg.db import migrate
 from memoria_pg.config import DEFAULT_MEMORY_TYPES
-from memoria_pg.db import Capabilities, Database, detect_capabilities, require_vector
+from memoria_pg.db import Capabilities, Database, detect_capabilities, migrate, require_vector
 from memoria_pg.errors import ConfigError, ExtensionMissing, SchemaError, ServerError
 
 TENANT_TABLES = (
-    "memories", "memory_terms", "bm25_terms", "bm25_docs", "entities", "memory_entities",
-    "entity_edges", "memory_attributes", "query_traces", "query_trace_candidates", "memory_access",
+    "memories",
+    "memory_terms",
+    "bm25_terms",
+    "bm25_docs",
+    "entities",
+    "memory_entities",
+    "entity_edges",
+    "memory_attributes",
+    "query_traces",
+    "query_trace_candidates",
+    "memory_access",
 )
 
 
@@ -29,7 +37,9 @@ def partitions(dsn: str, parent: str) -> set[str]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "WHERE i.inhparent = %s::regclass", (parent,)).fetchall()
+            "WHERE i.inhparent = %s::regclass",
+            (parent,),
+        ).fetchall()
     return {r[0] for r in rows}
 
 
@@ -39,7 +49,9 @@ def index_methods(dsn: str, table: str) -> dict[str, str]:
         rows = conn.execute(
             "SELECT i.relname, a.amname FROM pg_index x "
             "JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_am a ON a.oid = i.relam "
-            "WHERE x.indrelid = %s::regclass", (table,)).fetchall()
+            "WHERE x.indrelid = %s::regclass",
+            (table,),
+        ).fetchall()
     return dict(rows)
 
 
@@ -49,6 +61,7 @@ def unit_vector(seed: int) -> np.ndarray:
 
 
 # -- upgrade / downgrade -----------------------------------------------------------------------------
+
 
 def test_upgrade_downgrade_upgrade(empty_dsn):
     assert migrate.current(empty_dsn) is None
@@ -64,7 +77,8 @@ def test_upgrade_downgrade_upgrade(empty_dsn):
     migrate.upgrade(empty_dsn)
     assert migrate.current(empty_dsn) == HEAD
     assert partitions(empty_dsn, "memoria.memories") == {f"memories_{t}" for t in DEFAULT_MEMORY_TYPES} | {
-        "memories_default"}
+        "memories_default"
+    }
 
 
 def acls(dsn: str) -> dict[str, object]:
@@ -78,7 +92,8 @@ def acls(dsn: str) -> dict[str, object]:
             "WHERE relnamespace IN ('memoria'::regnamespace, to_regnamespace('memoria_graph')) AND relkind <> 'i' "
             "AND relkind <> 'I' "
             "UNION ALL SELECT 'function ' || oid::regprocedure::text, proacl::text FROM pg_proc "
-            "WHERE pronamespace = 'memoria'::regnamespace").fetchall()
+            "WHERE pronamespace = 'memoria'::regnamespace"
+        ).fetchall()
     return dict(rows)
 
 
@@ -89,10 +104,12 @@ def test_0003_closes_the_graph_and_its_downgrade_restores_0001s_grants(empty_dsn
     assert acls(empty_dsn) == at_0001  # 0002 adds indexes only
     migrate.upgrade(empty_dsn)
     at_head = acls(empty_dsn)
-    app_on_graph = ("SELECT has_schema_privilege('memoria_app', 'memoria_graph', 'USAGE') "
-                    "OR has_schema_privilege('memoria_app', 'ag_catalog', 'USAGE') "
-                    "OR EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = 'memoria_graph'::regnamespace "
-                    "AND has_table_privilege('memoria_app', oid, 'SELECT'))")
+    app_on_graph = (
+        "SELECT has_schema_privilege('memoria_app', 'memoria_graph', 'USAGE') "
+        "OR has_schema_privilege('memoria_app', 'ag_catalog', 'USAGE') "
+        "OR EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = 'memoria_graph'::regnamespace "
+        "AND has_table_privilege('memoria_app', oid, 'SELECT'))"
+    )
     functions = "SELECT count(*) FROM pg_proc WHERE pronamespace = 'memoria'::regnamespace AND proname LIKE 'graph%%'"
     if server_has_age:
         assert at_head != at_0001
@@ -117,7 +134,8 @@ def graph_functions(dsn: str) -> dict[str, tuple]:
         rows = conn.execute(
             "SELECT oid::regprocedure::text, pg_get_functiondef(oid), proowner::regrole::text, "
             "proconfig::text, proacl::text FROM pg_proc "
-            "WHERE pronamespace = 'memoria'::regnamespace AND proname LIKE 'graph%'").fetchall()
+            "WHERE pronamespace = 'memoria'::regnamespace AND proname LIKE 'graph%'"
+        ).fetchall()
     return {r[0]: tuple(r[1:]) for r in rows}
 
 
@@ -128,10 +146,14 @@ def test_0007_bounds_the_walk_and_its_downgrade_restores_0003s(empty_dsn, server
     migrate.upgrade(empty_dsn, "0006")
     functions_0006, acls_0006 = graph_functions(empty_dsn), acls(empty_dsn)
     index = "SELECT to_regclass('memoria.memory_entities_entity_type') IS NOT NULL"
-    attribute_indexes = ("SELECT array_agg(indexname::text || ' ' || indexdef ORDER BY indexname) FROM pg_indexes "
-                         "WHERE schemaname = 'memoria' AND tablename = 'memory_attributes'")
-    column = ("SELECT count(*) FROM pg_attribute WHERE attrelid = 'memoria.memory_attributes'::regclass "
-              "AND attname = 'subject_lower' AND NOT attisdropped")
+    attribute_indexes = (
+        "SELECT array_agg(indexname::text || ' ' || indexdef ORDER BY indexname) FROM pg_indexes "
+        "WHERE schemaname = 'memoria' AND tablename = 'memory_attributes'"
+    )
+    column = (
+        "SELECT count(*) FROM pg_attribute WHERE attrelid = 'memoria.memory_attributes'::regclass "
+        "AND attname = 'subject_lower' AND NOT attisdropped"
+    )
     indexes_0006 = scalar(empty_dsn, attribute_indexes)
     assert scalar(empty_dsn, index) is False and scalar(empty_dsn, column) == 0
     migrate.upgrade(empty_dsn, "0007")
@@ -139,13 +161,17 @@ def test_0007_bounds_the_walk_and_its_downgrade_restores_0003s(empty_dsn, server
     indexes_0007 = scalar(empty_dsn, attribute_indexes)
     assert [i for i in indexes_0007 if i not in indexes_0006] == [
         "memory_attributes_tenant_subject_lower CREATE INDEX memory_attributes_tenant_subject_lower "
-        "ON memoria.memory_attributes USING btree (tenant, subject_lower)"]
+        "ON memoria.memory_attributes USING btree (tenant, subject_lower)"
+    ]
     assert [i.split()[0] for i in indexes_0006 if i not in indexes_0007] == ["memory_attributes_tenant_subject"]
     assert scalar(empty_dsn, "SELECT pg_get_indexdef('memoria.memory_entities_entity_type'::regclass)").endswith(
-        "USING btree (entity_id, memory_type, memory_id) INCLUDE (tenant)")
+        "USING btree (entity_id, memory_type, memory_id) INCLUDE (tenant)"
+    )
     functions_0007 = graph_functions(empty_dsn)
-    old, new = ("memoria.graph_walk(text[],integer,text,integer)",
-                "memoria.graph_walk(text[],integer,text,integer,integer,integer)")
+    old, new = (
+        "memoria.graph_walk(text[],integer,text,integer)",
+        "memoria.graph_walk(text[],integer,text,integer,integer,integer)",
+    )
     if server_has_age:
         assert old in functions_0006 and old not in functions_0007 and new in functions_0007
         assert functions_0007[new][1:] == functions_0006[old][1:]  # owner, settings, grants
@@ -169,26 +195,35 @@ def test_0008_moves_access_counts_to_their_table_and_back(empty_dsn):
     vector = str(unit_vector(2).tolist())
     function_0007 = scalar(empty_dsn, "SELECT pg_get_functiondef('memoria.add_memory_type'::regproc)")
     with psycopg.connect(empty_dsn) as conn:
-        ids = [conn.execute(
-            "INSERT INTO memoria.memories (tenant, memory_type, dedup_key, content, embedding, doc_len, "
-            "access_count, last_accessed_at) VALUES ('t', 'general', %s, 'x', %s::vector, 1, %s, "
-            "CASE WHEN %s > 0 THEN timestamptz '2026-01-02' END) RETURNING id",
-            (f"k{n}", vector, n, n)).fetchone()[0] for n in (0, 3)]
+        ids = [
+            conn.execute(
+                "INSERT INTO memoria.memories (tenant, memory_type, dedup_key, content, embedding, doc_len, "
+                "access_count, last_accessed_at) VALUES ('t', 'general', %s, 'x', %s::vector, 1, %s, "
+                "CASE WHEN %s > 0 THEN timestamptz '2026-01-02' END) RETURNING id",
+                (f"k{n}", vector, n, n),
+            ).fetchone()[0]
+            for n in (0, 3)
+        ]
     migrate.upgrade(empty_dsn, "0008")
     with psycopg.connect(empty_dsn) as conn:
-        rows = conn.execute("SELECT memory_id, tenant, access_count, last_accessed_at::date::text "
-                            "FROM memoria.memory_access").fetchall()
+        rows = conn.execute(
+            "SELECT memory_id, tenant, access_count, last_accessed_at::date::text FROM memoria.memory_access"
+        ).fetchall()
         assert rows == [(ids[1], "t", 3, "2026-01-02")]  # the never-accessed memory has no row
         # Counted after the upgrade (by this library), in memory_access only; the downgrade copies it back.
         conn.execute("UPDATE memoria.memory_access SET access_count = 5")
-        conn.execute("INSERT INTO memoria.memory_access (memory_id, tenant, access_count, last_accessed_at) "
-                     "VALUES (%s, 't', 1, now())", (ids[0],))
+        conn.execute(
+            "INSERT INTO memoria.memory_access (memory_id, tenant, access_count, last_accessed_at) "
+            "VALUES (%s, 't', 1, now())",
+            (ids[0],),
+        )
     assert "context" in scalar(empty_dsn, "SELECT pg_get_functiondef('memoria.add_memory_type'::regproc)")
     migrate.downgrade(empty_dsn, "0007")
     assert scalar(empty_dsn, "SELECT to_regclass('memoria.memory_access')") is None
     with psycopg.connect(empty_dsn) as conn:
-        assert conn.execute("SELECT id, access_count, last_accessed_at IS NOT NULL FROM memoria.memories "
-                            "ORDER BY id").fetchall() == [(ids[0], 1, True), (ids[1], 5, True)]
+        assert conn.execute(
+            "SELECT id, access_count, last_accessed_at IS NOT NULL FROM memoria.memories ORDER BY id"
+        ).fetchall() == [(ids[0], 1, True), (ids[1], 5, True)]
     assert scalar(empty_dsn, "SELECT pg_get_functiondef('memoria.add_memory_type'::regproc)") == function_0007
 
 
@@ -202,7 +237,10 @@ def test_upgrade_creates_the_configured_memory_types(empty_dsn):
     migrate.upgrade(empty_dsn, memory_types=("general", "notes"))
     assert partitions(empty_dsn, "memoria.memories") == {"memories_general", "memories_notes", "memories_default"}
     assert partitions(empty_dsn, "memoria.memory_terms") == {
-        "memory_terms_general", "memory_terms_notes", "memory_terms_default"}
+        "memory_terms_general",
+        "memory_terms_notes",
+        "memory_terms_default",
+    }
     with psycopg.connect(empty_dsn) as conn:
         names = [r[0] for r in conn.execute("SELECT name FROM memoria.memory_types ORDER BY name")]
     assert names == ["general", "notes"]
@@ -210,11 +248,13 @@ def test_upgrade_creates_the_configured_memory_types(empty_dsn):
 
 # -- shards ------------------------------------------------------------------------------------------
 
+
 def test_memories_is_list_partitioned_with_a_default_partition(dsn):
     with psycopg.connect(dsn) as conn:
         strategy, default = conn.execute(
             "SELECT partstrat, partdefid::regclass::text FROM pg_partitioned_table "
-            "WHERE partrelid = 'memoria.memories'::regclass").fetchone()
+            "WHERE partrelid = 'memoria.memories'::regclass"
+        ).fetchone()
     assert strategy == "l"
     assert default == "memoria.memories_default"
     expected = {f"memories_{t}" for t in DEFAULT_MEMORY_TYPES} | {"memories_default"}
@@ -230,7 +270,8 @@ def test_every_partition_has_hnsw_and_fulltext_indexes(dsn):
         definition = conn.execute(
             "SELECT pg_get_indexdef(x.indexrelid) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
             "JOIN pg_am a ON a.oid = i.relam WHERE x.indrelid = 'memoria.memories_general'::regclass "
-            "AND a.amname = 'hnsw'").fetchone()[0]
+            "AND a.amname = 'hnsw'"
+        ).fetchone()[0]
     assert "vector_cosine_ops" in definition
 
 
@@ -240,10 +281,13 @@ def test_add_memory_type_creates_shard_and_moves_default_rows(dsn):
         memory_id = conn.execute(
             "INSERT INTO memoria.memories (tenant, memory_type, dedup_key, content, context, embedding, doc_len) "
             "VALUES ('t', 'recipe', 'k1', 'bake bread', 'the oven is hot', %s::vector, 2) RETURNING id",
-            (str(unit_vector(1).tolist()),)).fetchone()[0]
+            (str(unit_vector(1).tolist()),),
+        ).fetchone()[0]
         conn.execute(
             "INSERT INTO memoria.memory_terms (tenant, memory_type, term, memory_id, tf, doc_len, impact) "
-            "VALUES ('t', 'recipe', 'bread', %s, 1, 2, 1.0)", (memory_id,))
+            "VALUES ('t', 'recipe', 'bread', %s, 1, 2, 1.0)",
+            (memory_id,),
+        )
     assert scalar(dsn, "SELECT count(*) FROM memoria.memories_default WHERE memory_type = 'recipe'") == 1
 
     assert migrate.add_memory_type(dsn, "recipe") is True
@@ -288,11 +332,17 @@ def test_sql_function_rejects_invalid_names_itself(dsn):
 
 # -- row-level security ------------------------------------------------------------------------------
 
+
 def test_rls_enabled_and_forced_on_tenant_tables(dsn):
     with psycopg.connect(dsn) as conn:
-        rows = dict((name, (enabled, forced)) for name, enabled, forced in conn.execute(
-            "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity FROM pg_class c "
-            "WHERE c.relnamespace = 'memoria'::regnamespace AND c.relname = ANY(%s)", (list(TENANT_TABLES),)))
+        rows = dict(
+            (name, (enabled, forced))
+            for name, enabled, forced in conn.execute(
+                "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity FROM pg_class c "
+                "WHERE c.relnamespace = 'memoria'::regnamespace AND c.relname = ANY(%s)",
+                (list(TENANT_TABLES),),
+            )
+        )
     assert set(rows) == set(TENANT_TABLES)
     assert all(rows[t] == (True, True) for t in TENANT_TABLES), rows
 
@@ -307,11 +357,13 @@ def test_database_enforces_tenant_isolation(system):
         assert conn.execute("SELECT count(*) FROM memoria.memories").fetchone()[0] == 0
     with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
         with system.db.transaction("a") as conn:
-            conn.execute("INSERT INTO memoria.bm25_docs (tenant, memory_type, n_docs, sum_len) "
-                         "VALUES ('b', 'general', 1, 1)")
+            conn.execute(
+                "INSERT INTO memoria.bm25_docs (tenant, memory_type, n_docs, sum_len) VALUES ('b', 'general', 1, 1)"
+            )
 
 
 # -- extension detection -----------------------------------------------------------------------------
+
 
 def test_detect_capabilities_reports_pgvector(dsn):
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -342,8 +394,15 @@ def test_database_on_an_unreachable_server_raises_server_error():
 
 
 def test_require_vector_explains_a_missing_extension():
-    caps = Capabilities(server_version="17.0", vector=None, vector_available=False, pg_trgm=True,
-                        age=None, age_available=False, schema_ready=False)
+    caps = Capabilities(
+        server_version="17.0",
+        vector=None,
+        vector_available=False,
+        pg_trgm=True,
+        age=None,
+        age_available=False,
+        schema_ready=False,
+    )
     with pytest.raises(ExtensionMissing, match="pgvector"):
         require_vector(caps)
 
@@ -351,8 +410,13 @@ def test_require_vector_explains_a_missing_extension():
 def test_0003_does_nothing_without_the_graph(empty_dsn):
     migrate.upgrade(empty_dsn, use_age=False)
     assert migrate.current(empty_dsn) == HEAD
-    assert scalar(empty_dsn, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'memoria'::regnamespace "
-                             "AND proname LIKE 'graph%%'") == 0
+    assert (
+        scalar(
+            empty_dsn,
+            "SELECT count(*) FROM pg_proc WHERE pronamespace = 'memoria'::regnamespace AND proname LIKE 'graph%%'",
+        )
+        == 0
+    )
     assert scalar(empty_dsn, "SELECT to_regnamespace('memoria_graph') IS NULL")
     migrate.downgrade(empty_dsn, "base")
     assert migrate.current(empty_dsn) is None

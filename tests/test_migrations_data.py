@@ -11,12 +11,11 @@ import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
-from memoria_pg.db import migrate
-from memoria_pg.errors import SchemaError
 from memoria_pg.cli import cli
 from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
-from memoria_pg.db import load_sql
+from memoria_pg.db import load_sql, migrate
+from memoria_pg.errors import SchemaError
 from memoria_pg.system import MemorySystem
 
 HEAD = migrate.history("")[-1][0]  # the latest revision
@@ -42,18 +41,24 @@ def memories(rng: random.Random) -> list[dict]:
     for i in range(360):
         tenant, person, other = rng.choice(TENANTS), rng.choice(PEOPLE), rng.choice(PEOPLE)
         place, colour = rng.choice(PLACES), rng.choice(COLOURS)
-        memory_type, content = rng.choice([
-            ("preference", f"{person}'s favourite colour is {colour}."),
-            ("fact", f"{person} lives in {place}."),
-            ("episodic", f"{person} met {other} in {place} to discuss the budget review ({i})."),
-            ("semantic", f"The {colour} protocol means every review in {place} has two readers ({i})."),
-            ("general", f"Notes {i}: {person} and {other} shared {colour} slides about the budget review."),
-            ("journal", f"Journal {i}: a quiet day in {place}, {person} called."),
-            ("procedural", f"How to file the {colour} expense form {i}: ask {person}, then scan it."),
-        ])
-        record = {"content": content, "tenant": tenant, "memory_type": memory_type,
-                  "metadata": {"source": rng.choice(["chat", "email"]), "seq": i},
-                  "importance": round(rng.random(), 2)}
+        memory_type, content = rng.choice(
+            [
+                ("preference", f"{person}'s favourite colour is {colour}."),
+                ("fact", f"{person} lives in {place}."),
+                ("episodic", f"{person} met {other} in {place} to discuss the budget review ({i})."),
+                ("semantic", f"The {colour} protocol means every review in {place} has two readers ({i})."),
+                ("general", f"Notes {i}: {person} and {other} shared {colour} slides about the budget review."),
+                ("journal", f"Journal {i}: a quiet day in {place}, {person} called."),
+                ("procedural", f"How to file the {colour} expense form {i}: ask {person}, then scan it."),
+            ]
+        )
+        record = {
+            "content": content,
+            "tenant": tenant,
+            "memory_type": memory_type,
+            "metadata": {"source": rng.choice(["chat", "email"]), "seq": i},
+            "importance": round(rng.random(), 2),
+        }
         if i % 7 == 0:  # supplied entities and attributes, besides the extracted ones
             record["entities"] = [person, other, place]
             record["attributes"] = [[person, "team", rng.choice(["red", "blue"])]]
@@ -63,39 +68,56 @@ def memories(rng: random.Random) -> list[dict]:
 
 def memoria_tables(conn: psycopg.Connection) -> list[str]:
     """Every table of the memoria schema (parents and partitions) and of the AGE graph, if any."""
-    return [r[0] for r in conn.execute(
-        "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname IN ('memoria', 'memoria_graph') AND c.relkind IN ('r', 'p') ORDER BY 1")]
+    return [
+        r[0]
+        for r in conn.execute(
+            "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname IN ('memoria', 'memoria_graph') AND c.relkind IN ('r', 'p') ORDER BY 1"
+        )
+    ]
 
 
 def snapshot(system: MemorySystem, dsn: str, *, answers: bool = True) -> dict:
     with psycopg.connect(dsn) as conn:  # the superuser: all tenants
-        counts = {t: conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(t))).fetchone()[0]
-                  for t in memoria_tables(conn)}
-        content = conn.execute("SELECT md5(string_agg(id || ':' || content || metadata::text || importance, ',' "
-                               "ORDER BY id)) FROM memoria.memories").fetchone()[0]
+        counts = {
+            t: conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(t))).fetchone()[0]
+            for t in memoria_tables(conn)
+        }
+        content = conn.execute(
+            "SELECT md5(string_agg(id || ':' || content || metadata::text || importance, ',' "
+            "ORDER BY id)) FROM memoria.memories"
+        ).fetchone()[0]
     found = {}
     for text, tenant, memory_type, workers in QUERIES if answers else ():
         r = system.query(text, tenant=tenant, memory_type=memory_type, workers=workers, ranking=False, trace=False)
-        found[(text, tenant)] = ([c.memory_id for c in r.memories], sorted(r.diagnostics.completed_sources),
-                                 [round(c.retrieval_score, 9) for c in r.memories])
+        found[(text, tenant)] = (
+            [c.memory_id for c in r.memories],
+            sorted(r.diagnostics.completed_sources),
+            [round(c.retrieval_score, 9) for c in r.memories],
+        )
     return {"counts": counts, "content": content, "answers": found}
 
 
 def index_partitions(dsn: str, name: str) -> set[str]:
     """The tables that carry the valid index `name` (a partitioned parent: its own and its partitions')."""
     with psycopg.connect(dsn) as conn:
-        return {r[0] for r in conn.execute(
-            "SELECT x.indrelid::regclass::text FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
-            "WHERE x.indisvalid AND (i.relname = %(n)s OR x.indexrelid IN (SELECT inhrelid FROM pg_inherits "
-            "WHERE inhparent = to_regclass('memoria.' || %(n)s)))", {"n": name})}
+        return {
+            r[0]
+            for r in conn.execute(
+                "SELECT x.indrelid::regclass::text FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+                "WHERE x.indisvalid AND (i.relname = %(n)s OR x.indexrelid IN (SELECT inhrelid FROM pg_inherits "
+                "WHERE inhparent = to_regclass('memoria.' || %(n)s)))",
+                {"n": name},
+            )
+        }
 
 
 def partition_tree(dsn: str, parent: str) -> set[str]:
     """A partitioned table and all its partitions."""
     with psycopg.connect(dsn) as conn:
-        return {r[0] for r in conn.execute("SELECT relid::regclass::text FROM pg_partition_tree(%s::regclass)",
-                                           (parent,))}
+        return {
+            r[0] for r in conn.execute("SELECT relid::regclass::text FROM pg_partition_tree(%s::regclass)", (parent,))
+        }
 
 
 @pytest.fixture
@@ -163,8 +185,10 @@ def test_the_exact_vector_search_reads_the_covering_index_only(populated: Memory
         conn.execute("VACUUM ANALYZE memoria.memories")  # index-only scans need the visibility map
     with populated.db.transaction("acme") as conn:
         conn.execute("SET LOCAL enable_seqscan = off")  # a few hundred rows: force the choice an index allows
-        rows = conn.execute("EXPLAIN " + load_sql("workers/vector_exact"),
-                            {"embedding": HashEmbedder().embed(["teal"])[0], "memory_type": "fact", "limit": 5})
+        rows = conn.execute(
+            "EXPLAIN " + load_sql("workers/vector_exact"),
+            {"embedding": HashEmbedder().embed(["teal"])[0], "memory_type": "fact", "limit": 5},
+        )
         text = "\n".join(r[0] for r in rows)
     assert "Index Only Scan using memories_fact_tenant_memory_type_id_embedding_idx" in text, text
 
@@ -180,8 +204,10 @@ def test_ranked_queries_keep_the_exact_search_index_only(populated: MemorySystem
     with populated.db.transaction("acme") as conn:
         assert conn.execute("SELECT sum(access_count) FROM memoria.memory_access").fetchone()[0] > 0
         conn.execute("SET LOCAL enable_seqscan = off")
-        rows = conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + load_sql("workers/vector_exact"),
-                            {"embedding": HashEmbedder().embed(["teal"])[0], "memory_type": "fact", "limit": 5})
+        rows = conn.execute(
+            "EXPLAIN (ANALYZE, COSTS OFF) " + load_sql("workers/vector_exact"),
+            {"embedding": HashEmbedder().embed(["teal"])[0], "memory_type": "fact", "limit": 5},
+        )
         plan = "\n".join(r[0] for r in rows)
     assert "Index Only Scan" in plan and "Heap Fetches: 0" in plan, plan
 
@@ -193,13 +219,23 @@ def test_db_history_lists_every_revision():
     assert [line.split("  ")[0] for line in lines][:3] == ["base -> 0001", "0001 -> 0002", "0002 -> 0003"]
     assert lines[1] == "0001 -> 0002  Indexes for metadata filters, deletes and the attribute worker."
     assert lines[2].startswith("0002 -> 0003  The AGE graph only through SECURITY DEFINER functions")
-    assert lines[3] == "0003 -> 0004  A covering b-tree of each shard's vectors by tenant, for exact vector search of small tenants."
+    assert (
+        lines[3]
+        == "0003 -> 0004  A covering b-tree of each shard's vectors by tenant, for exact vector search of small tenants."
+    )
 
 
 def test_every_step_up_and_down_works_on_an_empty_schema(empty_dsn: str):
     up, down = migrate.upgrade, migrate.downgrade
-    for move, step, expected in ((up, "0001", "0001"), (up, "head", HEAD), (down, "base", None),
-                                 (up, "0002", "0002"), (up, "0003", "0003"), (down, "0002", "0002"),
-                                 (down, "0001", "0001"), (up, "head", HEAD)):
+    for move, step, expected in (
+        (up, "0001", "0001"),
+        (up, "head", HEAD),
+        (down, "base", None),
+        (up, "0002", "0002"),
+        (up, "0003", "0003"),
+        (down, "0002", "0002"),
+        (down, "0001", "0001"),
+        (up, "head", HEAD),
+    ):
         move(empty_dsn, step)
         assert migrate.current(empty_dsn) == expected

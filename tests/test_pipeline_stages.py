@@ -7,22 +7,30 @@ import pytest
 
 from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.core.types import Route
 from memoria_pg.plugins import PluginRegistry
 from memoria_pg.system import MemorySystem
-from memoria_pg.core.types import Route
 
 PREFS = [
-    "Nina prefers window seats on trains.", "Nina likes her tea without milk.",
-    "Nina prefers dark mode in every editor.", "Nina likes jazz more than rock.",
+    "Nina prefers window seats on trains.",
+    "Nina likes her tea without milk.",
+    "Nina prefers dark mode in every editor.",
+    "Nina likes jazz more than rock.",
 ]
-GENERAL = ["Nina visited the harbour on Monday.", "The harbour has a new ferry terminal.",
-           "Nina's sister Ola moved to Oslo.", "Ola works as a nurse in Oslo."]
+GENERAL = [
+    "Nina visited the harbour on Monday.",
+    "The harbour has a new ferry terminal.",
+    "Nina's sister Ola moved to Oslo.",
+    "Ola works as a nurse in Oslo.",
+]
 
 
 @pytest.fixture
 def loaded(system: MemorySystem) -> MemorySystem:
-    system.store_many([{"content": c, "tenant": "t", "memory_type": "preference"} for c in PREFS]
-                      + [{"content": c, "tenant": "t"} for c in GENERAL])
+    system.store_many(
+        [{"content": c, "tenant": "t", "memory_type": "preference"} for c in PREFS]
+        + [{"content": c, "tenant": "t"} for c in GENERAL]
+    )
     return system
 
 
@@ -51,8 +59,12 @@ def test_general_queries_have_no_relevance_pool(loaded: MemorySystem):
 
 def test_query_expansion_keeps_both_token_sets_and_feeds_bm25(config: Config):
     with MemorySystem(config.replace(enable_query_expansion=True), embedder=HashEmbedder()) as system:
-        system.store_many([{"content": "Ola is employed as a nurse; her occupation is demanding.", "tenant": "t"},
-                           {"content": "The weather was cold.", "tenant": "t"}])
+        system.store_many(
+            [
+                {"content": "Ola is employed as a nurse; her occupation is demanding.", "tenant": "t"},
+                {"content": "The weather was cold.", "tenant": "t"},
+            ]
+        )
         response = system.query("Ola job", tenant="t", workers=["bm25"], ranking=False)
     meta = response.query.metadata
     assert meta["original_tokens"] == ["ola", "job"]
@@ -65,15 +77,24 @@ def _tiny_cross_encoder(path) -> str:
     torch = pytest.importorskip("torch")
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
 
-    words = sorted({w.strip(".,;'").lower() for text in PREFS + GENERAL + ["what does nina prefer"]
-                    for w in text.split()})
+    words = sorted(
+        {w.strip(".,;'").lower() for text in PREFS + GENERAL + ["what does nina prefer"] for w in text.split()}
+    )
     vocab = path / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
     tokenizer = BertTokenizer(str(vocab))
     torch.manual_seed(7)
-    model = BertForSequenceClassification(BertConfig(
-        vocab_size=len(words) + 5, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=64, num_labels=1))
+    model = BertForSequenceClassification(
+        BertConfig(
+            vocab_size=len(words) + 5,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=64,
+            num_labels=1,
+        )
+    )
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
@@ -83,8 +104,9 @@ def test_cross_encoder_reorders_top_n_ahead_of_the_rest(config: Config, tmp_path
     from sentence_transformers import CrossEncoder
 
     model_path = _tiny_cross_encoder(tmp_path)
-    cfg = config.replace(enable_cross_encoder=True, cross_encoder_model=model_path, cross_encoder_top_n=4,
-                         enable_relevance_pool=False)
+    cfg = config.replace(
+        enable_cross_encoder=True, cross_encoder_model=model_path, cross_encoder_top_n=4, enable_relevance_pool=False
+    )
     with MemorySystem(cfg, embedder=HashEmbedder()) as system:
         system.store_many([{"content": c, "tenant": "t"} for c in PREFS + GENERAL])
         response = system.query("what does Nina prefer", tenant="t", ranking=False, top_k=8)

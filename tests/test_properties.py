@@ -22,24 +22,74 @@ from memoria_pg.cli import cli
 from memoria_pg.config import DEFAULT_MEMORY_TYPES
 from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.core.entities import entity_key
+from memoria_pg.core.text import normalize, tokenize
 from memoria_pg.errors import InputError
 from memoria_pg.query.processor import QueryProcessor
-from memoria_pg.core.text import normalize, tokenize
 
 REPO = Path(__file__).resolve().parents[1]
-WRITTEN_TABLES = ("memories", "memory_terms", "bm25_terms", "bm25_docs", "entities", "memory_entities",
-                  "entity_edges", "memory_attributes", "query_traces", "query_trace_candidates")
+WRITTEN_TABLES = (
+    "memories",
+    "memory_terms",
+    "bm25_terms",
+    "bm25_docs",
+    "entities",
+    "memory_entities",
+    "entity_edges",
+    "memory_attributes",
+    "query_traces",
+    "query_trace_candidates",
+)
 MAX_QUERY = 80  # a small limit, so generated queries cross it
 SURROGATES = st.characters(categories=["Cs"])
 # Pieces the rules react to: quotes, possessives, names, cue phrases, whitespace of every kind.
-FRAGMENTS = ["'s", "’s", '"', "“", "”", "«", "»", " ", "\t", "\n", "\u00a0", "\u2028", "Alice", "New York",
-             "O'Brien", "Bank of America", "how to", "when did", "favourite", "my", "What is", "where does",
-             "Bob", "live", "?", "-", ".", "ß", "İ", "ﬁ", "①", "\u0301", "\x00", "\ud800", "\udfff"]
-ANY_TEXT = st.lists(st.one_of(st.text(st.characters(exclude_categories=()), max_size=8),
-                              st.text(SURROGATES, max_size=1), st.sampled_from(FRAGMENTS)),
-                    max_size=14).map("".join)
-VALID_TEXT = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), min_size=1,
-                     max_size=300).filter(str.strip)
+FRAGMENTS = [
+    "'s",
+    "’s",
+    '"',
+    "“",
+    "”",
+    "«",
+    "»",
+    " ",
+    "\t",
+    "\n",
+    "\u00a0",
+    "\u2028",
+    "Alice",
+    "New York",
+    "O'Brien",
+    "Bank of America",
+    "how to",
+    "when did",
+    "favourite",
+    "my",
+    "What is",
+    "where does",
+    "Bob",
+    "live",
+    "?",
+    "-",
+    ".",
+    "ß",
+    "İ",
+    "ﬁ",
+    "①",
+    "\u0301",
+    "\x00",
+    "\ud800",
+    "\udfff",
+]
+ANY_TEXT = st.lists(
+    st.one_of(
+        st.text(st.characters(exclude_categories=()), max_size=8),
+        st.text(SURROGATES, max_size=1),
+        st.sampled_from(FRAGMENTS),
+    ),
+    max_size=14,
+).map("".join)
+VALID_TEXT = st.text(
+    st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), min_size=1, max_size=300
+).filter(str.strip)
 
 
 def has_surrogate(text: str) -> bool:
@@ -61,10 +111,15 @@ def stored_spelling(grams: list[str]) -> list[str]:
 
 # -- the QueryProcessor ------------------------------------------------------------------------------
 
+
 @settings(max_examples=400, deadline=None)
-@given(text=ANY_TEXT, tenant=st.one_of(st.just("t"), ANY_TEXT), lookup=st.booleans(),
-       memory_type=st.one_of(st.none(), st.sampled_from(DEFAULT_MEMORY_TYPES), st.text(max_size=5)),
-       speaker=st.one_of(st.none(), st.just("Maya")))
+@given(
+    text=ANY_TEXT,
+    tenant=st.one_of(st.just("t"), ANY_TEXT),
+    lookup=st.booleans(),
+    memory_type=st.one_of(st.none(), st.sampled_from(DEFAULT_MEMORY_TYPES), st.text(max_size=5)),
+    speaker=st.one_of(st.none(), st.just("Maya")),
+)
 @example(text="the boss's\nbook", tenant="t", lookup=False, memory_type=None, speaker=None)
 @example(text="x\ud800", tenant="t", lookup=False, memory_type=None, speaker=None)
 @example(text="hello", tenant="t\udcff", lookup=False, memory_type=None, speaker=None)
@@ -84,7 +139,9 @@ def test_query_processor_accepts_valid_text_and_raises_only_input_error(text, te
     # tokenizes raw content, so a token only the query side produced could never match a posting.
     assert q.tokens == tokenize(q.normalized)
     assert set(q.tokens) <= set(tokenize(text))
-    assert q.memory_type_hint == memory_type or (memory_type is None and q.memory_type_hint in (None, *DEFAULT_MEMORY_TYPES))
+    assert q.memory_type_hint == memory_type or (
+        memory_type is None and q.memory_type_hint in (None, *DEFAULT_MEMORY_TYPES)
+    )
 
     known = set(stored_spelling(_grams(q.normalized))) if lookup else set()
     for name in q.entities + q.phrases:
@@ -117,37 +174,52 @@ def test_tokenize_does_not_depend_on_whitespace(text):
 
 # -- store round trips on a real server --------------------------------------------------------------
 
-JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
-                         st.floats(allow_nan=False, allow_infinity=False), VALID_TEXT)
+JSON_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False, allow_infinity=False), VALID_TEXT
+)
 JSON_KEYS = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=12)
-METADATA = st.dictionaries(JSON_KEYS, st.recursive(
-    JSON_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(JSON_KEYS, inner, max_size=3),
-    max_leaves=6), max_size=4)
+METADATA = st.dictionaries(
+    JSON_KEYS,
+    st.recursive(
+        JSON_SCALARS,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(JSON_KEYS, inner, max_size=3),
+        max_leaves=6,
+    ),
+    max_size=4,
+)
 ROUND_TRIP = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @ROUND_TRIP
-@given(content=VALID_TEXT, tenant_prefix=st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"),
-                                                 max_size=20),
-       metadata=METADATA, memory_type=st.sampled_from(DEFAULT_MEMORY_TYPES),
-       entities=st.one_of(st.none(), st.lists(VALID_TEXT.filter(lambda s: len(s) <= 200), max_size=3)))
-@example(content="Zoë’s café — 東京 🚀\r\n\tend", tenant_prefix="ünï", metadata={"k": "v", "": [1, 2.5]},
-         memory_type="general", entities=["Zoë"])
-def test_arbitrary_unicode_round_trips_and_is_found_by_its_own_text(system, dsn, content, tenant_prefix,
-                                                                     metadata, memory_type, entities):
+@given(
+    content=VALID_TEXT,
+    tenant_prefix=st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=20),
+    metadata=METADATA,
+    memory_type=st.sampled_from(DEFAULT_MEMORY_TYPES),
+    entities=st.one_of(st.none(), st.lists(VALID_TEXT.filter(lambda s: len(s) <= 200), max_size=3)),
+)
+@example(
+    content="Zoë’s café — 東京 🚀\r\n\tend",
+    tenant_prefix="ünï",
+    metadata={"k": "v", "": [1, 2.5]},
+    memory_type="general",
+    entities=["Zoë"],
+)
+def test_arbitrary_unicode_round_trips_and_is_found_by_its_own_text(
+    system, dsn, content, tenant_prefix, metadata, memory_type, entities
+):
     tenant = f"{tenant_prefix}-{uuid.uuid4().hex}"  # a fresh tenant per example, in one database
-    memory_id = system.store(content, tenant=tenant, metadata=metadata, memory_type=memory_type,
-                             entities=entities)
+    memory_id = system.store(content, tenant=tenant, metadata=metadata, memory_type=memory_type, entities=entities)
     assert memory_id is not None
 
     with psycopg.connect(dsn) as conn:  # the superuser: what is really in the table
-        row = conn.execute("SELECT content, tenant, metadata, memory_type FROM memoria.memories WHERE id = %s",
-                           (memory_id,)).fetchone()
+        row = conn.execute(
+            "SELECT content, tenant, metadata, memory_type FROM memoria.memories WHERE id = %s", (memory_id,)
+        ).fetchone()
     assert row[0] == content and row[1] == tenant and row[3] == memory_type
     assert as_decimals(row[2]) == as_decimals(metadata)
 
-    response = system.query(content[:4000], tenant=tenant, memory_type=memory_type, workers=["vector"],
-                            ranking=False)
+    response = system.query(content[:4000], tenant=tenant, memory_type=memory_type, workers=["vector"], ranking=False)
     assert response.diagnostics.completed_sources == ["vector"]
     assert [c.memory_id for c in response.memories] == [memory_id]
     assert response.memories[0].content == content
@@ -155,9 +227,13 @@ def test_arbitrary_unicode_round_trips_and_is_found_by_its_own_text(system, dsn,
 
 
 @ROUND_TRIP
-@given(content=VALID_TEXT, bad=st.sampled_from(["\x00", "\ud800", "\udcff"]),
-       where=st.sampled_from(["content", "tenant", "metadata key", "metadata value", "entity", "attribute",
-                              "external_id"]))
+@given(
+    content=VALID_TEXT,
+    bad=st.sampled_from(["\x00", "\ud800", "\udcff"]),
+    where=st.sampled_from(
+        ["content", "tenant", "metadata key", "metadata value", "entity", "attribute", "external_id"]
+    ),
+)
 def test_nul_and_surrogates_anywhere_in_a_record_write_nothing(system, dsn, content, bad, where):
     tenant = f"t-{uuid.uuid4().hex}"
     record = {"content": content, "tenant": tenant}
@@ -198,13 +274,14 @@ def table_counts(dsn: str, tenant: str | None = None) -> dict[str, int]:
     where = "" if tenant is None else " WHERE tenant = %s"
     params = () if tenant is None else (tenant,)
     with psycopg.connect(dsn) as conn:
-        return {t: conn.execute(f"SELECT count(*) FROM memoria.{t}{where}", params).fetchone()[0]
-                for t in WRITTEN_TABLES}
+        return {
+            t: conn.execute(f"SELECT count(*) FROM memoria.{t}{where}", params).fetchone()[0] for t in WRITTEN_TABLES
+        }
 
 
 # -- bad input, one case at a time -------------------------------------------------------------------
 
-FUTURE = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=30)).isoformat()
+FUTURE = (dt.datetime.now(dt.UTC) + dt.timedelta(days=30)).isoformat()
 BAD_RECORDS = {
     "content too long": ({"content": "x" * 100_001}, "over the limit of 100000"),
     "content not a string": ({"content": 42}, "content must be a string"),
@@ -239,21 +316,27 @@ def test_a_bad_record_is_an_input_error_and_writes_nothing(system, dsn, bad, mes
 
 
 def test_documented_normalizations(system, dsn):
-    skewed = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)  # clock skew up to a day is allowed
-    ids = system.store_many([
-        {"content": "importance as text", "tenant": "t", "importance": "0.25"},
-        {"content": "naive date", "tenant": "t", "created_at": "2024-05-01T10:00:00"},  # taken as UTC
-        {"content": "near future", "tenant": "t", "created_at": skewed.isoformat()},
-        {"content": "integer key", "tenant": "t", "metadata": {1: "one"}},  # JSON object keys are text
-        {"content": "numeric external id", "tenant": "t", "external_id": 1234},
-        {"content": "null fields", "tenant": "t", "pinned": None, "importance": None, "created_at": None},
-    ]).ids
+    skewed = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)  # clock skew up to a day is allowed
+    ids = system.store_many(
+        [
+            {"content": "importance as text", "tenant": "t", "importance": "0.25"},
+            {"content": "naive date", "tenant": "t", "created_at": "2024-05-01T10:00:00"},  # taken as UTC
+            {"content": "near future", "tenant": "t", "created_at": skewed.isoformat()},
+            {"content": "integer key", "tenant": "t", "metadata": {1: "one"}},  # JSON object keys are text
+            {"content": "numeric external id", "tenant": "t", "external_id": 1234},
+            {"content": "null fields", "tenant": "t", "pinned": None, "importance": None, "created_at": None},
+        ]
+    ).ids
     assert None not in ids
     with psycopg.connect(dsn) as conn:
-        rows = {r[0]: r[1:] for r in conn.execute(
-            "SELECT content, importance, created_at, metadata, external_id, pinned FROM memoria.memories")}
+        rows = {
+            r[0]: r[1:]
+            for r in conn.execute(
+                "SELECT content, importance, created_at, metadata, external_id, pinned FROM memoria.memories"
+            )
+        }
     assert rows["importance as text"][0] == 0.25
-    assert rows["naive date"][1] == dt.datetime(2024, 5, 1, 10, tzinfo=dt.timezone.utc)
+    assert rows["naive date"][1] == dt.datetime(2024, 5, 1, 10, tzinfo=dt.UTC)
     assert rows["near future"][1] == skewed
     assert rows["integer key"][2] == {"1": "one"}
     assert rows["numeric external id"][3] == "1234"
@@ -301,22 +384,40 @@ def test_the_query_limit_is_inclusive(stored):
 
 # -- the CLI: a message and a non-zero exit, never a traceback ----------------------------------------
 
+
 def run_cli(*args: str | bytes, timeout: float = 60) -> subprocess.CompletedProcess:
     """The CLI in a child process: argv bytes that are not UTF-8 arrive as surrogates, as for users."""
-    return subprocess.run([sys.executable, "-m", "memoria_pg.cli", *args], cwd=REPO, capture_output=True, check=False,
-                          timeout=timeout, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "LANG": "C.UTF-8"})
+    return subprocess.run(
+        [sys.executable, "-m", "memoria_pg.cli", *args],
+        cwd=REPO,
+        capture_output=True,
+        check=False,
+        timeout=timeout,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "LANG": "C.UTF-8"},
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    ([b"green \xff notebook"], b"surrogate"),
-    (["   "], b"query is empty"),
-    (["x" * 4001], b"the limit is 4000"),
-    (["green", "--type", "notes"], b"unknown memory_type 'notes'"),
-    (["green", "--top-k", "0"], b"top_k must be a positive integer"),
-    (["green", "--workers", "vector,faiss"], b"unknown workers ['faiss']"),
-    (["green", "--tenant", b"t\xfe"], b"tenant must be"),
-], ids=["undecodable bytes", "whitespace", "too long", "unknown type", "top-k 0", "unknown worker",
-        "undecodable tenant"])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([b"green \xff notebook"], b"surrogate"),
+        (["   "], b"query is empty"),
+        (["x" * 4001], b"the limit is 4000"),
+        (["green", "--type", "notes"], b"unknown memory_type 'notes'"),
+        (["green", "--top-k", "0"], b"top_k must be a positive integer"),
+        (["green", "--workers", "vector,faiss"], b"unknown workers ['faiss']"),
+        (["green", "--tenant", b"t\xfe"], b"tenant must be"),
+    ],
+    ids=[
+        "undecodable bytes",
+        "whitespace",
+        "too long",
+        "unknown type",
+        "top-k 0",
+        "unknown worker",
+        "undecodable tenant",
+    ],
+)
 def test_cli_query_with_bad_input_exits_non_zero_with_a_message(dsn, args, message):
     result = run_cli("--dsn", dsn, "query", *args)
     assert result.returncode == 1, result.stderr
@@ -334,20 +435,23 @@ def good_line(i: int) -> str:
     return json.dumps({"content": content, "embedding": HashEmbedder().embed([content])[0].tolist()})
 
 
-@pytest.mark.parametrize("bad_line, message", [
-    ('{"content": "nul \\u0000 inside"}', "content contains a NUL byte"),
-    ('{"content": "lone \\ud800 surrogate"}', "content contains an invalid (surrogate) character"),
-    ('{"content": "x", "metadata": {"k\\udcff": 1}}', "metadata contains an invalid (surrogate) character"),
-    ('{"content": "x", "tenant": "a\\u0000b"}', "tenant contains a NUL byte"),
-    ('{"content": "x", "entities": ["ok", "bad\\u0000"]}', "entity contains a NUL byte"),
-    ('{"content": "x", "importance": "lots"}', "importance must be a number"),
-    ('{"content": "x", "embedding": [1, 2, 3]}', "embedding has shape (3,), expected (384,)"),
-    ('{"content": "x", "pinned": "yes"}', "pinned must be true or false"),
-    ('{"content": "x", "created_at": "3024-01-01"}', "created_at 3024-01-01T00:00:00+00:00 is in the future"),
-    ('["content", "x"]', "expected a JSON object, got list"),
-    ('{"content": "x",}', "invalid JSON"),
-    ('{"text": "x"}', "unknown fields ['text']"),
-])
+@pytest.mark.parametrize(
+    "bad_line, message",
+    [
+        ('{"content": "nul \\u0000 inside"}', "content contains a NUL byte"),
+        ('{"content": "lone \\ud800 surrogate"}', "content contains an invalid (surrogate) character"),
+        ('{"content": "x", "metadata": {"k\\udcff": 1}}', "metadata contains an invalid (surrogate) character"),
+        ('{"content": "x", "tenant": "a\\u0000b"}', "tenant contains a NUL byte"),
+        ('{"content": "x", "entities": ["ok", "bad\\u0000"]}', "entity contains a NUL byte"),
+        ('{"content": "x", "importance": "lots"}', "importance must be a number"),
+        ('{"content": "x", "embedding": [1, 2, 3]}', "embedding has shape (3,), expected (384,)"),
+        ('{"content": "x", "pinned": "yes"}', "pinned must be true or false"),
+        ('{"content": "x", "created_at": "3024-01-01"}', "created_at 3024-01-01T00:00:00+00:00 is in the future"),
+        ('["content", "x"]', "expected a JSON object, got list"),
+        ('{"content": "x",}', "invalid JSON"),
+        ('{"text": "x"}', "unknown fields ['text']"),
+    ],
+)
 def test_cli_ingest_of_a_bad_line_exits_non_zero_and_writes_nothing(dsn, tmp_path, bad_line, message):
     path = write_lines(tmp_path / "in.jsonl", [good_line(1), good_line(2), bad_line, good_line(4)])
     result = CliRunner().invoke(cli, ["--dsn", dsn, "ingest", str(path)], env={"MEMORIA_DSN": None})

@@ -8,28 +8,49 @@ import psycopg
 import pytest
 
 from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.core.types import Route, Shard
 from memoria_pg.errors import InputError
 from memoria_pg.query.shards import ALL, per_shard_limit, populated, select_shards
 from memoria_pg.system import MemoryRecord, MemorySystem
-from memoria_pg.core.types import Route, Shard
 
 ALL_WORKERS = ["vector", "bm25", "fusion", "graph", "phrase", "attribute"]
 SPEC_DIAGNOSTICS = (
-    "candidate_count", "returned_count", "query_processing_ms", "embedding_ms", "retrieval_ms", "database_ms",
-    "ranking_ms", "response_ms", "total_ms", "retrieval_policy", "retrieval_finish_reason",
-    "completed_task_count", "pending_task_count", "failed_task_count", "retrieval_wait_ms",
-    "submitted_sources", "completed_sources", "pending_sources", "failed_sources", "ranking_skipped",
+    "candidate_count",
+    "returned_count",
+    "query_processing_ms",
+    "embedding_ms",
+    "retrieval_ms",
+    "database_ms",
+    "ranking_ms",
+    "response_ms",
+    "total_ms",
+    "retrieval_policy",
+    "retrieval_finish_reason",
+    "completed_task_count",
+    "pending_task_count",
+    "failed_task_count",
+    "retrieval_wait_ms",
+    "submitted_sources",
+    "completed_sources",
+    "pending_sources",
+    "failed_sources",
+    "ranking_skipped",
 )
 
 
 @pytest.fixture
 def loaded(system):
-    system.store_many([{"content": c, "tenant": "t"} for c in (
-        "Alice's favourite colour is blue",
-        "Alice and Bob walked through New York in the snow",
-        "Bob lives in Paris",
-        "the weather was mild and sunny",
-    )])
+    system.store_many(
+        [
+            {"content": c, "tenant": "t"}
+            for c in (
+                "Alice's favourite colour is blue",
+                "Alice and Bob walked through New York in the snow",
+                "Bob lives in Paris",
+                "the weather was mild and sunny",
+            )
+        ]
+    )
     return system
 
 
@@ -38,6 +59,7 @@ def submitted(system, text: str, **kw) -> list[str]:
 
 
 # -- submission preconditions ------------------------------------------------------------------------
+
 
 def test_plain_query_submits_only_vector_and_lexical_sources(loaded):
     assert submitted(loaded, "mild sunny weather") == ["vector", "bm25", "fusion"]
@@ -82,6 +104,7 @@ def test_explicit_workers_replace_the_route(loaded):
 
 
 # -- shards ------------------------------------------------------------------------------------------
+
 
 def test_per_shard_limit_divides_and_rounds_up():
     assert per_shard_limit(50, (ALL,)) == 50
@@ -133,8 +156,9 @@ def test_typed_query_gives_the_limit_to_shards_the_tenant_uses(config):
     # worker limit goes to the general shard alone instead of half of it to an empty shard.
     vec = np.random.default_rng(5).normal(size=384).astype(np.float32)
     with MemorySystem(config.replace(worker_limit=4), embedder=HashEmbedder()) as system:
-        system.store_many(MemoryRecord(f"note {i} about the garden", tenant="t", embedding=vec + i * 0.01)
-                          for i in range(6))
+        system.store_many(
+            MemoryRecord(f"note {i} about the garden", tenant="t", embedding=vec + i * 0.01) for i in range(6)
+        )
         system.store("an episode of another tenant", tenant="u", memory_type="episodic", embedding=vec)
         typed = system.query("garden", tenant="t", memory_type="episodic", embedding=vec, workers=["vector"])
         assert typed.diagnostics.shards == ["general"]
@@ -155,6 +179,7 @@ def test_sharding_disabled_reads_the_whole_table(config):
 
 
 # -- V4 and V3 diagnostics ---------------------------------------------------------------------------
+
 
 def test_v4_diagnostics_carry_every_spec_field(loaded):
     response = loaded.query("Bob lives where", tenant="t")
@@ -192,13 +217,16 @@ def test_retrieval_only_orders_by_retrieval_score(loaded):
 def test_ranked_query_records_access(loaded, dsn):
     response = loaded.query("Bob lives in Paris", tenant="t", top_k=1)
     with psycopg.connect(dsn) as conn:
-        count, accessed = conn.execute("SELECT access_count, last_accessed_at IS NOT NULL FROM memoria.memory_access "
-                                       "WHERE memory_id = %s", (response.memories[0].memory_id,)).fetchone()
+        count, accessed = conn.execute(
+            "SELECT access_count, last_accessed_at IS NOT NULL FROM memoria.memory_access WHERE memory_id = %s",
+            (response.memories[0].memory_id,),
+        ).fetchone()
         assert (count, accessed) == (1, True)
         # The memories themselves are not updated (their shards stay all-visible for index-only scans).
-        assert conn.execute("SELECT xmin = (SELECT xmin FROM memoria.memories WHERE id = %s) "
-                            "FROM memoria.memories WHERE id = %s",
-                            (response.memories[0].memory_id,) * 2).fetchone()[0]
+        assert conn.execute(
+            "SELECT xmin = (SELECT xmin FROM memoria.memories WHERE id = %s) FROM memoria.memories WHERE id = %s",
+            (response.memories[0].memory_id,) * 2,
+        ).fetchone()[0]
     again = loaded.query("Bob lives in Paris", tenant="t", top_k=1)
     assert again.memories[0].memory_id == response.memories[0].memory_id
     assert again.candidates[0].access_count == 1  # read back by the final CTE
@@ -206,18 +234,23 @@ def test_ranked_query_records_access(loaded, dsn):
 
 # -- tenants and input -------------------------------------------------------------------------------
 
+
 def test_query_sees_only_its_tenant(system):
-    system.store_many([{"content": "the vault code is 1234", "tenant": "a"},
-                       {"content": "the vault code is 9876", "tenant": "b"}])
+    system.store_many(
+        [{"content": "the vault code is 1234", "tenant": "a"}, {"content": "the vault code is 9876", "tenant": "b"}]
+    )
     for tenant, digits in (("a", "1234"), ("b", "9876")):
         response = system.query("vault code", tenant=tenant, workers=ALL_WORKERS)
         assert [m.content for m in response.candidates] == [f"the vault code is {digits}"]
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"memory_type": "nope"}, "unknown memory_type"),
-    ({"embedding": [0.1] * 3}, "query embedding has shape"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"memory_type": "nope"}, "unknown memory_type"),
+        ({"embedding": [0.1] * 3}, "query embedding has shape"),
+    ],
+)
 def test_invalid_query_arguments(loaded, kwargs, message):
     with pytest.raises(InputError, match=message):
         loaded.query("anything", tenant="t", **kwargs)
@@ -231,16 +264,21 @@ def test_invalid_query_text(loaded, text):
 
 # -- traces ------------------------------------------------------------------------------------------
 
+
 def test_trace_persists_candidates_with_sources_and_scores(loaded, dsn):
     response = loaded.query("What is Alice's favourite colour?", tenant="t", trace=True)
     trace_id = response.diagnostics.trace_id
     assert trace_id is not None
 
     with loaded.db.transaction("t") as conn:
-        rows = conn.execute("SELECT rank, memory_id, sources, scores, returned FROM memoria.query_trace_candidates "
-                            "WHERE trace_id = %s ORDER BY rank", (trace_id,)).fetchall()
-        query, diagnostics = conn.execute("SELECT query, diagnostics FROM memoria.query_traces WHERE id = %s",
-                                          (trace_id,)).fetchone()
+        rows = conn.execute(
+            "SELECT rank, memory_id, sources, scores, returned FROM memoria.query_trace_candidates "
+            "WHERE trace_id = %s ORDER BY rank",
+            (trace_id,),
+        ).fetchall()
+        query, diagnostics = conn.execute(
+            "SELECT query, diagnostics FROM memoria.query_traces WHERE id = %s", (trace_id,)
+        ).fetchone()
     assert query == "What is Alice's favourite colour?"
     assert diagnostics["candidate_count"] == response.diagnostics.candidate_count
     assert [r[1] for r in rows] == [c.memory_id for c in response.candidates]
@@ -253,8 +291,9 @@ def test_trace_persists_candidates_with_sources_and_scores(loaded, dsn):
     with loaded.db.transaction("someone-else") as conn:
         assert conn.execute("SELECT count(*) FROM memoria.query_trace_candidates").fetchone()[0] == 0
     with psycopg.connect(dsn) as conn:  # the superuser sees them too
-        assert conn.execute("SELECT count(*) FROM memoria.query_trace_candidates WHERE trace_id = %s",
-                            (trace_id,)).fetchone()[0] == len(rows)
+        assert conn.execute(
+            "SELECT count(*) FROM memoria.query_trace_candidates WHERE trace_id = %s", (trace_id,)
+        ).fetchone()[0] == len(rows)
 
 
 def test_untraced_query_writes_no_trace(loaded, dsn):

@@ -8,8 +8,8 @@ import time
 import psycopg
 import pytest
 
-from memoria_pg.query.scheduler import CompletionPolicy, Scheduler
 from memoria_pg.core.types import SourceHit
+from memoria_pg.query.scheduler import CompletionPolicy, Scheduler
 from memoria_pg.query.workers import DEFAULT_WORKERS
 from memoria_pg.query.workers.bm25 import BM25Worker
 from memoria_pg.query.workers.phrase import PhraseWorker
@@ -28,6 +28,7 @@ def one_hit(source: str):
     def task(conn: psycopg.Connection) -> list[SourceHit]:
         conn.execute("SELECT 1")
         return [SourceHit(memory_id=1, source=source, rank=1, score=0.5)]
+
     return task
 
 
@@ -44,7 +45,8 @@ def active_sleepers(dsn: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() "
-            "AND query LIKE '%%pg_sleep(5) /* memoria scheduler test%%'").fetchone()[0]
+            "AND query LIKE '%%pg_sleep(5) /* memoria scheduler test%%'"
+        ).fetchone()[0]
 
 
 def test_deadline_leaves_slow_task_pending_and_cancels_it(system, scheduler, dsn):
@@ -67,14 +69,14 @@ def test_deadline_leaves_slow_task_pending_and_cancels_it(system, scheduler, dsn
 
     with system.db.transaction("t") as conn:  # the cancelled connection came back healthy
         assert conn.execute("SELECT current_setting('memoria.tenant')").fetchone()[0] == "t"
-    again = scheduler.run({name: one_hit(name) for name in ("vector", "bm25", "graph")}, tenant="t",
-                          deadline_ms=2000)
+    again = scheduler.run({name: one_hit(name) for name in ("vector", "bm25", "graph")}, tenant="t", deadline_ms=2000)
     assert again.finish_reason == "all_completed"
 
 
 def test_failed_task_does_not_stop_the_others(scheduler):
-    result = scheduler.run({"vector": one_hit("vector"), "bm25": broken, "phrase": one_hit("phrase")},
-                           tenant="t", deadline_ms=2000)
+    result = scheduler.run(
+        {"vector": one_hit("vector"), "bm25": broken, "phrase": one_hit("phrase")}, tenant="t", deadline_ms=2000
+    )
     assert result.states == {"vector": "completed", "bm25": "failed", "phrase": "completed"}
     assert result.finish_reason == "completed_with_failures"
     assert result.policy_satisfied  # vector completed; a failed auxiliary source is tolerated
@@ -116,9 +118,14 @@ def test_tasks_run_as_the_app_role_under_the_tenant(scheduler):
     seen = {}
 
     def whoami(conn):
-        seen.update(zip(("user", "tenant", "timeout"), conn.execute(
-            "SELECT current_user, current_setting('memoria.tenant'), current_setting('statement_timeout')"
-        ).fetchone()))
+        seen.update(
+            zip(
+                ("user", "tenant", "timeout"),
+                conn.execute(
+                    "SELECT current_user, current_setting('memoria.tenant'), current_setting('statement_timeout')"
+                ).fetchone(),
+            )
+        )
         return []
 
     scheduler.run({"vector": whoami}, tenant="acme", deadline_ms=700)
@@ -140,14 +147,13 @@ def test_tasks_run_concurrently(scheduler):
 
 # -- through the query pipeline ----------------------------------------------------------------------
 
-class SleepyPhrase(PhraseWorker):
 
+class SleepyPhrase(PhraseWorker):
     def statements(self, ctx):
         return [(SLEEP_SQL, {})]
 
 
 class BrokenBM25(BM25Worker):
-
     def statements(self, ctx):
         return [("SELECT memory_id FROM memoria.no_such_table", {})]
 
@@ -157,11 +163,13 @@ def test_pipeline_reports_pending_and_failed_sources(config, dsn):
     from memoria_pg.system import MemorySystem
 
     registry = DEFAULT_WORKERS.replace(SleepyPhrase, BrokenBM25)
-    with MemorySystem(config.replace(retrieval_deadline_ms=300), embedder=HashEmbedder(),
-                      worker_registry=registry) as system:
+    with MemorySystem(
+        config.replace(retrieval_deadline_ms=300), embedder=HashEmbedder(), worker_registry=registry
+    ) as system:
         stored = system.store('We toured "Old Town" on foot', tenant="t")
-        system.scheduler.run({"a": lambda c: [], "b": lambda c: [], "c": lambda c: []}, tenant="t",
-                             deadline_ms=5000)  # warm the pool: the deadline is for the statements
+        system.scheduler.run(
+            {"a": lambda c: [], "b": lambda c: [], "c": lambda c: []}, tenant="t", deadline_ms=5000
+        )  # warm the pool: the deadline is for the statements
         started = time.monotonic()
         response = system.query('walking in "Old Town"', tenant="t", workers=["vector", "bm25", "phrase"])
         elapsed = time.monotonic() - started

@@ -6,28 +6,50 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from memoria_pg.core.types import SourceHit
+from memoria_pg.errors import InputError
 from memoria_pg.query.candidates import build_candidates
 from memoria_pg.query.workers import DEFAULT_WORKERS
-from memoria_pg.errors import InputError
 from memoria_pg.system import MemorySystem
-from memoria_pg.core.types import SourceHit
 
-TENANT_TABLES = ("memories", "memory_terms", "bm25_terms", "bm25_docs", "entities", "memory_entities",
-                 "entity_edges", "memory_attributes", "query_traces", "query_trace_candidates",
-                 "memory_access")
-NASTY = ["O'Brien", 'say "hi"', "$$; DROP TABLE memoria.memories; --", "back\\slash", "{braces}",
-         "semi;colon", "MATCH (n) DETACH DELETE n", "Zoë 東京 🚀", "%s %(x)s", "tab\there"]
+TENANT_TABLES = (
+    "memories",
+    "memory_terms",
+    "bm25_terms",
+    "bm25_docs",
+    "entities",
+    "memory_entities",
+    "entity_edges",
+    "memory_attributes",
+    "query_traces",
+    "query_trace_candidates",
+    "memory_access",
+)
+NASTY = [
+    "O'Brien",
+    'say "hi"',
+    "$$; DROP TABLE memoria.memories; --",
+    "back\\slash",
+    "{braces}",
+    "semi;colon",
+    "MATCH (n) DETACH DELETE n",
+    "Zoë 東京 🚀",
+    "%s %(x)s",
+    "tab\there",
+]
 
 
 @pytest.fixture
 def two_tenants(system: MemorySystem) -> MemorySystem:
-    system.store_many([
-        {"content": "Alice's favourite colour is blue.", "tenant": "A", "metadata": {"speaker": "Alice"}},
-        {"content": "Alice met Bob in Paris.", "tenant": "A"},
-        {"content": "Alice's favourite colour is red.", "tenant": "B", "metadata": {"speaker": "Alice"}},
-        {"content": "Alice met Bob in Paris last spring.", "tenant": "B"},
-        {"content": "Secret plans of tenant B about Paris.", "tenant": "B"},
-    ])
+    system.store_many(
+        [
+            {"content": "Alice's favourite colour is blue.", "tenant": "A", "metadata": {"speaker": "Alice"}},
+            {"content": "Alice met Bob in Paris.", "tenant": "A"},
+            {"content": "Alice's favourite colour is red.", "tenant": "B", "metadata": {"speaker": "Alice"}},
+            {"content": "Alice met Bob in Paris last spring.", "tenant": "B"},
+            {"content": "Secret plans of tenant B about Paris.", "tenant": "B"},
+        ]
+    )
     system.query("Alice Paris", tenant="B", trace=True)
     return system
 
@@ -53,9 +75,8 @@ def test_no_tenant_set_sees_nothing(two_tenants: MemorySystem):
 
 
 def test_app_role_cannot_write_another_tenants_rows(two_tenants: MemorySystem):
-    with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        with two_tenants.db.transaction("A") as conn:
-            conn.execute("INSERT INTO memoria.entities (tenant, name, norm_name) VALUES ('B', 'x', 'x')")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege), two_tenants.db.transaction("A") as conn:
+        conn.execute("INSERT INTO memoria.entities (tenant, name, norm_name) VALUES ('B', 'x', 'x')")
     with two_tenants.db.transaction("A") as conn:
         assert conn.execute("UPDATE memoria.memories SET importance = 1 WHERE tenant = 'B'").rowcount == 0
         assert conn.execute("DELETE FROM memoria.memories WHERE tenant = 'B'").rowcount == 0
@@ -63,25 +84,34 @@ def test_app_role_cannot_write_another_tenants_rows(two_tenants: MemorySystem):
 
 
 def test_partitions_cannot_be_read_directly_by_the_app_role(two_tenants: MemorySystem):
-    with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        with two_tenants.db.transaction("A") as conn:
-            conn.execute("SELECT * FROM memoria.memories_general")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege), two_tenants.db.transaction("A") as conn:
+        conn.execute("SELECT * FROM memoria.memories_general")
 
 
-@pytest.mark.parametrize("workers", [["vector"], ["bm25"], ["bm25", "fusion"], ["graph"], ["phrase"], ["attribute"],
-                                     None])
+@pytest.mark.parametrize(
+    "workers", [["vector"], ["bm25"], ["bm25", "fusion"], ["graph"], ["phrase"], ["attribute"], None]
+)
 def test_every_worker_returns_only_the_callers_memories(two_tenants: MemorySystem, workers):
     b_ids = {i for i, _ in _b_ids(two_tenants)}
-    response = two_tenants.query('what is Alice\'s favourite colour "Bob in Paris" secret plans',
-                                 tenant="A", workers=workers, ranking=False, top_k=50)
+    response = two_tenants.query(
+        'what is Alice\'s favourite colour "Bob in Paris" secret plans',
+        tenant="A",
+        workers=workers,
+        ranking=False,
+        top_k=50,
+    )
     found = {c.memory_id for c in response.candidates}
     assert found and not (found & b_ids)
     assert all(c.tenant == "A" for c in response.candidates)
 
 
 def test_final_cte_ignores_ids_of_another_tenant(two_tenants: MemorySystem):
-    hits = {"vector": [SourceHit(memory_id=i, source="vector", rank=n + 1, score=0.1, memory_type=t)
-                       for n, (i, t) in enumerate(_b_ids(two_tenants))]}
+    hits = {
+        "vector": [
+            SourceHit(memory_id=i, source="vector", rank=n + 1, score=0.1, memory_type=t)
+            for n, (i, t) in enumerate(_b_ids(two_tenants))
+        ]
+    }
     with two_tenants.db.transaction("A") as conn:
         assert build_candidates(conn, hits, DEFAULT_WORKERS, cap=200, rrf_k=60, depth=20) == []
     with two_tenants.db.transaction("B") as conn:
@@ -99,11 +129,17 @@ def test_traces_are_isolated(two_tenants: MemorySystem):
 @pytest.mark.parametrize("value", NASTY)
 def test_metacharacters_round_trip_in_every_field(system: MemorySystem, value: str):
     tenant = f"tenant {value}"
-    ids = system.store_many([{
-        "content": f"{value} said the meeting with {value} is on Friday.", "tenant": tenant,
-        "entities": [value, "Friday meeting"], "attributes": [[value, "favourite colour", value]],
-        "metadata": {"speaker": value, value: value},
-    }]).ids
+    ids = system.store_many(
+        [
+            {
+                "content": f"{value} said the meeting with {value} is on Friday.",
+                "tenant": tenant,
+                "entities": [value, "Friday meeting"],
+                "attributes": [[value, "favourite colour", value]],
+                "metadata": {"speaker": value, value: value},
+            }
+        ]
+    ).ids
     assert ids[0] is not None
     response = system.query(f'what is {value}\'s favourite colour "{value}"', tenant=tenant, ranking=False)
     assert ids[0] in {c.memory_id for c in response.candidates}

@@ -8,8 +8,8 @@ import psycopg
 import pytest
 
 from memoria_pg.config import Config
-from memoria_pg.db import APP_ROLE
 from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.db import APP_ROLE
 from memoria_pg.system import MemorySystem
 
 
@@ -22,8 +22,10 @@ def two_tenants(system: MemorySystem) -> MemorySystem:
 
 def test_the_app_role_cannot_log_in_bypass_rls_or_own_anything(dsn):
     with psycopg.connect(dsn) as conn:
-        attrs = conn.execute("SELECT rolsuper, rolbypassrls, rolcanlogin, rolcreaterole, rolcreatedb "
-                             "FROM pg_roles WHERE rolname = %s", (APP_ROLE,)).fetchone()
+        attrs = conn.execute(
+            "SELECT rolsuper, rolbypassrls, rolcanlogin, rolcreaterole, rolcreatedb FROM pg_roles WHERE rolname = %s",
+            (APP_ROLE,),
+        ).fetchone()
         owned = conn.execute("SELECT count(*) FROM pg_class WHERE relowner = %s::regrole", (APP_ROLE,)).fetchone()[0]
     assert attrs == (False, False, False, False, False)
     assert owned == 0  # an owner could ALTER TABLE ... DISABLE ROW LEVEL SECURITY
@@ -35,7 +37,9 @@ def test_every_table_with_a_tenant_is_row_level_secured_or_not_granted(dsn):
             "SELECT c.oid::regclass::text, c.relispartition, c.relrowsecurity, c.relforcerowsecurity, "
             "has_table_privilege(%(role)s, c.oid, 'SELECT, INSERT, UPDATE, DELETE') "
             "FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'tenant' "
-            "WHERE c.relnamespace = 'memoria'::regnamespace AND c.relkind IN ('r', 'p')", {"role": APP_ROLE}).fetchall()
+            "WHERE c.relnamespace = 'memoria'::regnamespace AND c.relkind IN ('r', 'p')",
+            {"role": APP_ROLE},
+        ).fetchall()
     assert len(rows) > 10
     for table, partition, rls, forced, granted in rows:
         if partition:  # reached only through its parent, whose policy applies
@@ -45,13 +49,15 @@ def test_every_table_with_a_tenant_is_row_level_secured_or_not_granted(dsn):
 
 
 def test_the_app_role_cannot_change_schema_sequences_or_types(two_tenants: MemorySystem):
-    for statement in ("SELECT setval('memoria.memories_id_seq', 1)",
-                      "INSERT INTO memoria.memory_types (name) VALUES ('x')",
-                      "ALTER TABLE memoria.memories DISABLE ROW LEVEL SECURITY",
-                      "DROP POLICY tenant_isolation ON memoria.memories",
-                      "CREATE TABLE memoria.extra (a int)",
-                      "SELECT memoria.add_memory_type('extra')",
-                      "TRUNCATE memoria.memories"):
+    for statement in (
+        "SELECT setval('memoria.memories_id_seq', 1)",
+        "INSERT INTO memoria.memory_types (name) VALUES ('x')",
+        "ALTER TABLE memoria.memories DISABLE ROW LEVEL SECURITY",
+        "DROP POLICY tenant_isolation ON memoria.memories",
+        "CREATE TABLE memoria.extra (a int)",
+        "SELECT memoria.add_memory_type('extra')",
+        "TRUNCATE memoria.memories",
+    ):
         with pytest.raises(psycopg.errors.InsufficientPrivilege), two_tenants.db.transaction("A") as conn:
             conn.execute(statement)
 

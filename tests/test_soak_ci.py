@@ -16,8 +16,13 @@ SOAK = Path(__file__).resolve().parents[1] / "benchmarks" / "soak.py"
 def test_soak_ci_has_no_errors_and_no_lost_writes(admin_dsn: str):
     name = f"memoria_soak_{uuid.uuid4().hex[:10]}"
     try:
-        result = subprocess.run([sys.executable, str(SOAK), "--ci", "--dsn", admin_dsn, "--db-name", name,
-                                 "--pool-max-size", "32"], capture_output=True, text=True, timeout=120, check=False)
+        result = subprocess.run(
+            [sys.executable, str(SOAK), "--ci", "--dsn", admin_dsn, "--db-name", name, "--pool-max-size", "32"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     finally:
         drop_database(admin_dsn, name)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]

@@ -14,11 +14,10 @@ import pytest
 
 from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
-from memoria_pg.db import load_sql
-from memoria_pg.query.shards import ALL
-from memoria_pg.system import MemorySystem
 from memoria_pg.core.text import tokenize
 from memoria_pg.core.types import ProcessedQuery, Shard, SourceHit
+from memoria_pg.db import load_sql
+from memoria_pg.query.shards import ALL
 from memoria_pg.query.workers import DEFAULT_WORKERS as WORKERS
 from memoria_pg.query.workers import WorkerContext
 from memoria_pg.query.workers.attribute import AttributeWorker
@@ -27,6 +26,7 @@ from memoria_pg.query.workers.fusion import FusionWorker
 from memoria_pg.query.workers.graph import GraphWorker
 from memoria_pg.query.workers.phrase import PhraseWorker
 from memoria_pg.query.workers.vector import VectorWorker
+from memoria_pg.system import MemorySystem
 
 FUSION_DEPTH = Config().rrf_depth
 
@@ -35,12 +35,28 @@ def processed(text: str = "", tenant: str = "t", **fields) -> ProcessedQuery:
     return ProcessedQuery(text=text, normalized=text, tokens=tokenize(text), tenant=tenant, **fields)
 
 
-def run(system: MemorySystem, worker, query: ProcessedQuery, *, embedding=None, shards=(ALL,), limit=50,
-        graph_depth=2, config: Config | None = None) -> list[SourceHit]:
+def run(
+    system: MemorySystem,
+    worker,
+    query: ProcessedQuery,
+    *,
+    embedding=None,
+    shards=(ALL,),
+    limit=50,
+    graph_depth=2,
+    config: Config | None = None,
+) -> list[SourceHit]:
     vector = embedding if embedding is not None else system.embed_query(query.normalized or "x")
-    ctx = WorkerContext(query=query, embedding=np.asarray(vector, dtype=np.float32), shards=tuple(shards),
-                        limit=limit, graph_limit=limit, graph_depth=graph_depth, config=config or system.config,
-                        graph_backend=system.graph_backend)
+    ctx = WorkerContext(
+        query=query,
+        embedding=np.asarray(vector, dtype=np.float32),
+        shards=tuple(shards),
+        limit=limit,
+        graph_limit=limit,
+        graph_depth=graph_depth,
+        config=config or system.config,
+        graph_backend=system.graph_backend,
+    )
     with system.db.transaction(query.tenant) as conn:
         return worker.run(conn, ctx)
 
@@ -52,12 +68,16 @@ def unit_vectors(n: int, seed: int) -> np.ndarray:
 
 # -- vector ------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def vectors(system):
     vecs = unit_vectors(25, seed=3)
-    ids = system.store_many([{"content": f"point {i}", "tenant": "t", "embedding": v,
-                              "memory_type": "fact" if i % 5 == 0 else "general"}
-                             for i, v in enumerate(vecs)]).ids
+    ids = system.store_many(
+        [
+            {"content": f"point {i}", "tenant": "t", "embedding": v, "memory_type": "fact" if i % 5 == 0 else "general"}
+            for i, v in enumerate(vecs)
+        ]
+    ).ids
     system.store_many([{"content": f"foreign point {i}", "tenant": "u", "embedding": v} for i, v in enumerate(vecs)])
     return dict(zip(ids, vecs))
 
@@ -83,8 +103,14 @@ def test_vector_sees_only_the_tenant(system, vectors):
 
 
 def test_vector_reads_only_the_selected_shard(system, vectors):
-    hits = run(system, VectorWorker(), processed("point"), embedding=next(iter(vectors.values())),
-               shards=[Shard("fact")], limit=100)
+    hits = run(
+        system,
+        VectorWorker(),
+        processed("point"),
+        embedding=next(iter(vectors.values())),
+        shards=[Shard("fact")],
+        limit=100,
+    )
     assert len(hits) == 5 and {h.memory_type for h in hits} == {"fact"}
 
 
@@ -93,8 +119,9 @@ def test_vector_limit_above_ef_search_is_honoured(config):
     # memories would otherwise be searched exactly).
     with MemorySystem(config.replace(hnsw_ef_search=10, vector_exact_max_rows=0), embedder=HashEmbedder()) as system:
         vecs = unit_vectors(1500, seed=11)
-        system.store_many([{"content": f"bulk {i}", "tenant": "t", "embedding": v} for i, v in enumerate(vecs)],
-                          batch_size=1500)
+        system.store_many(
+            [{"content": f"bulk {i}", "tenant": "t", "embedding": v} for i, v in enumerate(vecs)], batch_size=1500
+        )
         with psycopg.connect(config.dsn, autocommit=True) as conn:
             conn.execute("ANALYZE memoria.memories")
         hits = run(system, VectorWorker(), processed("bulk"), embedding=unit_vectors(1, seed=12)[0], limit=60)
@@ -102,14 +129,24 @@ def test_vector_limit_above_ef_search_is_honoured(config):
 
 
 def test_vector_searches_small_tenants_exactly_and_large_ones_with_hnsw(system, vectors):
-    ctx = WorkerContext(query=processed("point"), embedding=next(iter(vectors.values())),
-                        shards=(ALL, Shard("fact"), Shard("general"), Shard("episodic")), limit=10, graph_limit=10,
-                        graph_depth=1, config=system.config)
+    ctx = WorkerContext(
+        query=processed("point"),
+        embedding=next(iter(vectors.values())),
+        shards=(ALL, Shard("fact"), Shard("general"), Shard("episodic")),
+        limit=10,
+        graph_limit=10,
+        graph_depth=1,
+        config=system.config,
+    )
 
     def chosen(per_type: int) -> list[str]:
         with system.db.transaction("t") as conn:  # tenant t: 20 general, 5 fact, 0 episodic memories
-            return [text for text, _ in VectorWorker().statements_for(
-                conn, dataclasses.replace(ctx, config=system.config.replace(vector_exact_max_rows=per_type)))]
+            return [
+                text
+                for text, _ in VectorWorker().statements_for(
+                    conn, dataclasses.replace(ctx, config=system.config.replace(vector_exact_max_rows=per_type))
+                )
+            ]
 
     exact, hnsw = load_sql("workers/vector_exact"), load_sql("workers/vector")
     # The whole table holds 25 memories of the tenant in 2 types: exact up to 2 x the per-type budget.
@@ -123,23 +160,35 @@ def test_vector_searches_small_tenants_exactly_and_large_ones_with_hnsw(system, 
 def test_vector_exact_and_hnsw_searches_agree(system, vectors, shards):
     ids = list(vectors)
     query = vectors[ids[3]] + 0.5 * vectors[ids[11]]
-    both = [run(system, VectorWorker(), processed("point"), embedding=query, shards=shards, limit=12,
-                config=system.config.replace(vector_exact_max_rows=limit)) for limit in (10**6, 0)]
+    both = [
+        run(
+            system,
+            VectorWorker(),
+            processed("point"),
+            embedding=query,
+            shards=shards,
+            limit=12,
+            config=system.config.replace(vector_exact_max_rows=limit),
+        )
+        for limit in (10**6, 0)
+    ]
     assert [h.memory_id for h in both[0]] == [h.memory_id for h in both[1]]  # 25 points: HNSW is exact here
     assert [h.score for h in both[0]] == pytest.approx([h.score for h in both[1]], abs=1e-6)
 
 
 # -- BM25 --------------------------------------------------------------------------------------------
 
-VOCABULARY = ("apple banana cherry durian elder fig grape honeydew kiwi lemon mango nectarine "
-              "orange papaya quince").split()
+VOCABULARY = (
+    "apple banana cherry durian elder fig grape honeydew kiwi lemon mango nectarine orange papaya quince"
+).split()
 K1, B = 1.2, 0.75
 
 
 def corpus(seed: int, n: int) -> list[str]:
     rnd = random.Random(seed)
-    return [" ".join([f"doc{seed}x{i}"] + rnd.choices(VOCABULARY[: 6 + i % 10], k=rnd.randint(2, 14)))
-            for i in range(n)]
+    return [
+        " ".join([f"doc{seed}x{i}"] + rnd.choices(VOCABULARY[: 6 + i % 10], k=rnd.randint(2, 14))) for i in range(n)
+    ]
 
 
 def reference_bm25(docs: dict[int, str], query: str) -> dict[int, float]:
@@ -164,8 +213,9 @@ def reference_bm25(docs: dict[int, str], query: str) -> dict[int, float]:
 @pytest.fixture
 def bm25_corpus(system):
     docs = corpus(seed=5, n=30)
-    ids = system.store_many([{"content": d, "tenant": "t", "memory_type": "fact" if i % 3 == 0 else "general"}
-                             for i, d in enumerate(docs)]).ids
+    ids = system.store_many(
+        [{"content": d, "tenant": "t", "memory_type": "fact" if i % 3 == 0 else "general"} for i, d in enumerate(docs)]
+    ).ids
     # Another tenant's documents must not change this tenant's statistics.
     system.store_many([{"content": d, "tenant": "u"} for d in corpus(seed=6, n=20)])
     return dict(zip(ids, docs))
@@ -198,19 +248,32 @@ def test_bm25_limit_keeps_the_best(system, bm25_corpus):
 
 # -- phrase ------------------------------------------------------------------------------------------
 
+
 def test_phrase_matches_adjacent_words_in_order(system):
-    ids = system.store_many([{"content": c, "tenant": "t"} for c in (
-        "I was in New York today", "York is new to me", "new york pizza is the best",
-        "A new day dawns in York", "Newark is near New  York")]).ids
+    ids = system.store_many(
+        [
+            {"content": c, "tenant": "t"}
+            for c in (
+                "I was in New York today",
+                "York is new to me",
+                "new york pizza is the best",
+                "A new day dawns in York",
+                "Newark is near New  York",
+            )
+        ]
+    ).ids
     hits = run(system, PhraseWorker(), processed("trip", phrases=["New York"]))
     assert {h.memory_id for h in hits} == {ids[0], ids[2], ids[4]}
     assert all(h.detail["phrases"] == ["New York"] for h in hits)
 
 
 def test_phrase_ranks_memories_matching_more_phrases_first(system):
-    both, one = system.store_many([
-        {"content": "From New York we flew to San Francisco", "tenant": "t"},
-        {"content": "New York in the rain", "tenant": "t"}]).ids
+    both, one = system.store_many(
+        [
+            {"content": "From New York we flew to San Francisco", "tenant": "t"},
+            {"content": "New York in the rain", "tenant": "t"},
+        ]
+    ).ids
     hits = run(system, PhraseWorker(), processed("x", phrases=["New York", "San Francisco"]))
     assert [h.memory_id for h in hits] == [both, one]
     assert hits[0].detail["matched"] == 2
@@ -225,15 +288,21 @@ def test_phrase_checks_at_most_phrase_candidates_memories_per_phrase(system):
     assert {h.memory_id for h in run(system, PhraseWorker(), phrase)} == set(ids)
     capped = run(system, PhraseWorker(), phrase, config=system.config.replace(phrase_candidates=2))
     assert {h.memory_id for h in capped} == set(ids[:2])
-    assert [h.memory_id for h in run(system, PhraseWorker(), phrase,
-                                     config=system.config.replace(phrase_candidates=2))] == [h.memory_id for h in capped]
+    assert [
+        h.memory_id for h in run(system, PhraseWorker(), phrase, config=system.config.replace(phrase_candidates=2))
+    ] == [h.memory_id for h in capped]
 
 
 # -- attribute ---------------------------------------------------------------------------------------
 
+
 def test_attribute_exact_subject_and_attribute_have_distance_zero(system):
-    alice, bob, _ = system.store_many([{"content": c, "tenant": "t"} for c in (
-        "Alice's favourite colour is blue", "Bob's favourite colour is green", "Alice lives in Paris")]).ids
+    alice, bob, _ = system.store_many(
+        [
+            {"content": c, "tenant": "t"}
+            for c in ("Alice's favourite colour is blue", "Bob's favourite colour is green", "Alice lives in Paris")
+        ]
+    ).ids
     hits = run(system, AttributeWorker(), processed("x", subject="Alice", attribute="favourite colour"))
     assert [h.memory_id for h in hits] == [alice]
     assert hits[0].score == 0.0
@@ -255,9 +324,15 @@ def test_attribute_near_spelling_matches_with_a_distance(system):
 def test_attribute_subject_lookup_is_an_index_condition_under_row_level_security(system):
     """lower(subject) = ... could not be one (lower() is not leakproof); the stored subject_lower can."""
     system.store("Alice's favourite colour is blue", tenant="t")
-    ctx = WorkerContext(query=processed("x", subject="ALICE", attribute="favourite colour"),
-                        embedding=np.zeros(384, np.float32), shards=(ALL,), limit=10, graph_limit=10,
-                        graph_depth=1, config=system.config)
+    ctx = WorkerContext(
+        query=processed("x", subject="ALICE", attribute="favourite colour"),
+        embedding=np.zeros(384, np.float32),
+        shards=(ALL,),
+        limit=10,
+        graph_limit=10,
+        graph_depth=1,
+        config=system.config,
+    )
     with system.db.transaction("t") as conn:
         conn.execute("SET LOCAL enable_seqscan = off")
         [(statement, params)] = AttributeWorker().statements(ctx)
@@ -268,16 +343,19 @@ def test_attribute_subject_lookup_is_an_index_condition_under_row_level_security
 
 # -- graph -------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def chain(system):
     """Alice - Bob - Carol - Dave, linked by co-occurrence in three memories; Eve stands alone."""
-    ids = system.store_many([
-        {"content": "first meeting", "tenant": "t", "entities": ["Alice", "Bob"]},
-        {"content": "second meeting", "tenant": "t", "entities": ["Bob", "Carol"]},
-        {"content": "third meeting", "tenant": "t", "entities": ["Carol", "Dave"]},
-        {"content": "tea time", "tenant": "t", "entities": ["Eve"]},
-        {"content": "other tenant", "tenant": "u", "entities": ["Alice"]},
-    ]).ids
+    ids = system.store_many(
+        [
+            {"content": "first meeting", "tenant": "t", "entities": ["Alice", "Bob"]},
+            {"content": "second meeting", "tenant": "t", "entities": ["Bob", "Carol"]},
+            {"content": "third meeting", "tenant": "t", "entities": ["Carol", "Dave"]},
+            {"content": "tea time", "tenant": "t", "entities": ["Eve"]},
+            {"content": "other tenant", "tenant": "u", "entities": ["Alice"]},
+        ]
+    ).ids
     return ids
 
 
@@ -298,12 +376,22 @@ def graph_rows(system, entities, depth, memory_type=None, limit=50, **bounds) ->
     the AGE graph, memoria.graph_walk (sql/workers/graph_age.sql) must return the very same rows."""
     rows = {}
     for backend in ("sql", "age") if system.graph_backend == "age" else ("sql",):
-        ctx = WorkerContext(query=processed("x", tenant="hub", entities=entities), embedding=np.zeros(384, np.float32),
-                            shards=(Shard(memory_type),), limit=limit, graph_limit=limit, graph_depth=depth,
-                            config=system.config.replace(**bounds), graph_backend=backend)
+        ctx = WorkerContext(
+            query=processed("x", tenant="hub", entities=entities),
+            embedding=np.zeros(384, np.float32),
+            shards=(Shard(memory_type),),
+            limit=limit,
+            graph_limit=limit,
+            graph_depth=depth,
+            config=system.config.replace(**bounds),
+            graph_backend=backend,
+        )
         with system.db.transaction("hub") as conn:
-            rows[backend] = [tuple(r) for statement, params in GraphWorker().statements(ctx)
-                             for r in conn.execute(statement, params).fetchall()]
+            rows[backend] = [
+                tuple(r)
+                for statement, params in GraphWorker().statements(ctx)
+                for r in conn.execute(statement, params).fetchall()
+            ]
     assert rows.get("age", rows["sql"]) == rows["sql"]
     return rows["sql"]
 
@@ -312,11 +400,14 @@ def graph_rows(system, entities, depth, memory_type=None, limit=50, **bounds) ->
 def hub(system):
     """Hub is mentioned by 12 memories (fact and general in turn); Center co-occurs with N1 three times,
     N2 twice, N3 and N4 once (N3 created first), and each N has one memory of its own."""
-    records = [{"content": f"hub note {i}", "tenant": "hub", "entities": ["Hub"],
-                "memory_type": ("fact", "general")[i % 2]} for i in range(12)]
+    records = [
+        {"content": f"hub note {i}", "tenant": "hub", "entities": ["Hub"], "memory_type": ("fact", "general")[i % 2]}
+        for i in range(12)
+    ]
     for name, times in (("N1", 3), ("N2", 2), ("N3", 1), ("N4", 1)):
-        records += [{"content": f"center with {name} {i}", "tenant": "hub", "entities": ["Center", name]}
-                    for i in range(times)]
+        records += [
+            {"content": f"center with {name} {i}", "tenant": "hub", "entities": ["Center", name]} for i in range(times)
+        ]
     records += [{"content": f"only {name}", "tenant": "hub", "entities": [name]} for name in ("N1", "N2", "N3", "N4")]
     ids = system.store_many(records, batch_size=len(records)).ids
     return {"hub": ids[:12], "center": ids[12:19], "only": dict(zip(("N1", "N2", "N3", "N4"), ids[19:]))}
@@ -338,18 +429,28 @@ def test_graph_offers_the_most_recent_memories_of_each_entity(system, hub):
 
 def test_pooled_connections_run_without_jit(system, hub):
     """JIT compilation cost 300 ms for a graph walk of 2 ms on a fresh database (estimates multiply)."""
-    ctx = WorkerContext(query=processed("x", tenant="hub", entities=["Hub"]), embedding=np.zeros(384, np.float32),
-                        shards=(ALL,), limit=10, graph_limit=10, graph_depth=2, config=system.config,
-                        graph_backend=system.graph_backend)
+    ctx = WorkerContext(
+        query=processed("x", tenant="hub", entities=["Hub"]),
+        embedding=np.zeros(384, np.float32),
+        shards=(ALL,),
+        limit=10,
+        graph_limit=10,
+        graph_depth=2,
+        config=system.config,
+        graph_backend=system.graph_backend,
+    )
     with system.db.transaction("hub") as conn:
         assert conn.execute("SELECT current_setting('jit')").fetchone()[0] == "off"
         conn.execute("SET LOCAL jit_above_cost = 0")  # any statement would be compiled if JIT were on
-        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (ANALYZE) " + GraphWorker().sql(ctx), GraphWorker().params(ctx, ALL)))
+        plan = "\n".join(
+            r[0] for r in conn.execute("EXPLAIN (ANALYZE) " + GraphWorker().sql(ctx), GraphWorker().params(ctx, ALL))
+        )
     assert "JIT:" not in plan, plan
 
 
 def test_graph_follows_the_strongest_edges_first(system, hub):
     """Each frontier entity follows graph_fanout edges: weight desc, then entity id (N3 before N4)."""
+
     def reached(fanout):
         rows = graph_rows(system, ["Center"], 2, graph_fanout=fanout)
         assert {r[0] for r in rows if r[2] == 1} == set(hub["center"])  # the seed's own memories
@@ -369,14 +470,19 @@ def test_graph_follows_the_strongest_edges_first(system, hub):
 
 # -- fusion ------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def fusion_corpus(system):
     """`lexical` shares the query's words, `semantic` the query's vector; fillers have neither."""
     vecs = unit_vectors(32, seed=21)
-    records = [{"content": "zebra quartz zebra", "tenant": "t", "embedding": vecs[0]},
-               {"content": "unrelated words entirely", "tenant": "t", "embedding": vecs[1]}]
-    records += [{"content": f"filler {i} zebra" if i % 4 == 0 else f"filler {i}", "tenant": "t",
-                 "embedding": vecs[i + 2]} for i in range(30)]
+    records = [
+        {"content": "zebra quartz zebra", "tenant": "t", "embedding": vecs[0]},
+        {"content": "unrelated words entirely", "tenant": "t", "embedding": vecs[1]},
+    ]
+    records += [
+        {"content": f"filler {i} zebra" if i % 4 == 0 else f"filler {i}", "tenant": "t", "embedding": vecs[i + 2]}
+        for i in range(30)
+    ]
     ids = system.store_many(records).ids
     return {"lexical": ids[0], "semantic": ids[1], "query_vector": vecs[1]}
 

@@ -214,57 +214,12 @@ class Ingestor:
         per attribute; returns the number of rows staged (StoreResult.copy_rows)."""
         count = 0
         with conn.cursor() as cur:
-            with cur.copy(
-                "COPY stage_memories (row_no, tenant, memory_type, external_id, dedup_key, "
-                "content, context, metadata, importance, pinned, created_at, embedding, doc_len, "
-                "terms, tfs, entity_names, entity_norms, late) FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.set_types(
-                    [
-                        "int4",
-                        "text",
-                        "text",
-                        "text",
-                        "text",
-                        "text",
-                        "text",
-                        "jsonb",
-                        "float4",
-                        "bool",
-                        "timestamptz",
-                        "vector",
-                        "int4",
-                        "text[]",
-                        "int4[]",
-                        "text[]",
-                        "text[]",
-                        "bool",
-                    ]
-                )
+            columns = ", ".join(name for name, _ in _STAGE_MEMORIES)
+            with cur.copy(f"COPY stage_memories ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types([kind for _, kind in _STAGE_MEMORIES])
                 for i in rows:
-                    p, r = prepared[i], prepared[i].record
-                    copy.write_row(
-                        (
-                            i,
-                            p.tenant,
-                            p.memory_type,
-                            r.external_id,
-                            p.dedup_key,
-                            r.content,
-                            r.context,
-                            Jsonb(r.metadata),
-                            r.importance,
-                            bool(r.pinned),
-                            r.created_at,
-                            r.embedding,
-                            p.doc_len,
-                            list(p.terms),
-                            list(p.terms.values()),
-                            p.entities,
-                            [normalize_entity(name) for name in p.entities],
-                            i in late,
-                        )
-                    )
+                    p = prepared[i]
+                    copy.write_row(_stage_row(i, p, i in late))
                     count += 1 + len(p.terms) + len(p.entities)
             if any(prepared[i].attributes for i in rows):
                 with cur.copy(
@@ -276,6 +231,26 @@ class Ingestor:
                             copy.write_row((i, subject, attribute.lower(), value))
                             count += 1
         return count
+
+
+# The columns of stage_memories (sql/ingest/stage.sql) and their binary COPY types, in _stage_row's order.
+_STAGE_MEMORIES = (
+    ("row_no", "int4"), ("tenant", "text"), ("memory_type", "text"), ("external_id", "text"),
+    ("dedup_key", "text"), ("content", "text"), ("context", "text"), ("metadata", "jsonb"),
+    ("importance", "float4"), ("pinned", "bool"), ("created_at", "timestamptz"), ("embedding", "vector"),
+    ("doc_len", "int4"), ("terms", "text[]"), ("tfs", "int4[]"), ("entity_names", "text[]"),
+    ("entity_norms", "text[]"), ("late", "bool"),
+)  # fmt: skip
+
+
+def _stage_row(i: int, p: Prepared, late: bool) -> tuple[Any, ...]:
+    """One memory's stage row: its terms and entities travel as arrays."""
+    r = p.record
+    return (
+        i, p.tenant, p.memory_type, r.external_id, p.dedup_key, r.content, r.context, Jsonb(r.metadata),
+        r.importance, bool(r.pinned), r.created_at, r.embedding, p.doc_len, list(p.terms), list(p.terms.values()),
+        p.entities, [normalize_entity(name) for name in p.entities], late,
+    )  # fmt: skip
 
 
 _Pending = tuple[concurrent.futures.Future[StoreResult], int, set[Key]]

@@ -45,7 +45,12 @@ def final_cte_params(
 
 
 def candidate_statement(
-    hits: Mapping[str, Sequence[SourceHit]], registry: WorkerRegistry, *, cap: int, rrf_k: int, depth: int,
+    hits: Mapping[str, Sequence[SourceHit]],
+    registry: WorkerRegistry,
+    *,
+    cap: int,
+    rrf_k: int,
+    depth: int,
     method: str = "score",
 ) -> tuple[str, dict[str, Any]]:
     """The final CTE (sql/final_candidates.sql) and its parameters for these hits."""

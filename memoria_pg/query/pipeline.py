@@ -245,7 +245,11 @@ class QueryPipeline:
         """The final CTE and its parameters as `candidates` runs them (for EXPLAIN)."""
         cfg = self.config
         return candidate_statement(
-            hits, self.registry, cap=cfg.ranking_candidate_limit, rrf_k=cfg.rrf_k, depth=cfg.rrf_depth,
+            hits,
+            self.registry,
+            cap=cfg.ranking_candidate_limit,
+            rrf_k=cfg.rrf_k,
+            depth=cfg.rrf_depth,
             method=cfg.fusion_method,
         )
 

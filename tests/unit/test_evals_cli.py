@@ -37,8 +37,10 @@ def test_memoria_pg_eval_without_the_harness_says_how_to_install_it(monkeypatch)
 
 
 def test_the_cli_does_not_import_the_harness_until_eval_runs():
-    code = ("import sys\nfrom memoria_pg.cli import cli\n"
-            "try:\n    cli(['--help'])\nexcept SystemExit:\n    pass\n"
-            "assert 'evals' not in sys.modules, 'memoria_pg.cli imported the harness'\n")
+    code = (
+        "import sys\nfrom memoria_pg.cli import cli\n"
+        "try:\n    cli(['--help'])\nexcept SystemExit:\n    pass\n"
+        "assert 'evals' not in sys.modules, 'memoria_pg.cli imported the harness'\n"
+    )
     run = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr

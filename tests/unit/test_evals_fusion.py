@@ -31,7 +31,7 @@ def test_rrf_weights():
 
 def test_rrf_depth_truncates_each_list_before_fusing():
     tail = list(range(100, 180))
-    lists = {"vector": [1] + tail, "bm25": [2] + tail[::-1], "graph": tail[40:]}
+    lists = {"vector": [1, *tail], "bm25": [2, *tail[::-1]], "graph": tail[40:]}
     deep = [i for i, _ in rrf(lists)]
     assert deep[0] not in (1, 2)  # the long shared tail outvotes both top hits
     shallow = rrf(lists, depth=1)

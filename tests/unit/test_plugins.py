@@ -5,11 +5,11 @@ from importlib import metadata
 import pytest
 
 from memoria_pg import plugins
+from memoria_pg.core.types import ProcessedQuery
 from memoria_pg.errors import ConfigError
 from memoria_pg.plugins import PluginRegistry
-from memoria_pg.ranking import RankingPipeline
 from memoria_pg.query.routing import Router
-from memoria_pg.core.types import ProcessedQuery
+from memoria_pg.ranking import RankingPipeline
 
 PLUGIN_SOURCE = textwrap.dedent("""
     import dataclasses
@@ -74,11 +74,14 @@ def test_empty_spec_loads_nothing():
     assert registry.pre_routing == registry.post_routing == registry.ranking_signals == []
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("no_colon_here", "invalid plugin spec 'no_colon_here': expected module:function"),
-    (":register", "expected module:function"),
-    ("memoria_no_such_module_xyz:register", "cannot import 'memoria_no_such_module_xyz'"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("no_colon_here", "invalid plugin spec 'no_colon_here': expected module:function"),
+        (":register", "expected module:function"),
+        ("memoria_no_such_module_xyz:register", "cannot import 'memoria_no_such_module_xyz'"),
+    ],
+)
 def test_bad_specs_name_the_spec(spec, message):
     with pytest.raises(ConfigError, match=message):
         PluginRegistry().load_from_config(spec)
@@ -112,9 +115,11 @@ def test_register_validation():
 
 
 def test_load_entry_points(module_name, monkeypatch):
-    eps = metadata.EntryPoints([
-        metadata.EntryPoint(name="demo", value=f"{module_name}:register", group="memoria_pg.plugins"),
-    ])
+    eps = metadata.EntryPoints(
+        [
+            metadata.EntryPoint(name="demo", value=f"{module_name}:register", group="memoria_pg.plugins"),
+        ]
+    )
     seen = {}
 
     def fake_entry_points(group):
@@ -130,9 +135,11 @@ def test_load_entry_points(module_name, monkeypatch):
 
 
 def test_broken_entry_point_is_config_error(monkeypatch):
-    eps = metadata.EntryPoints([
-        metadata.EntryPoint(name="bad", value="memoria_no_such_module_xyz:register", group="memoria_pg.plugins"),
-    ])
+    eps = metadata.EntryPoints(
+        [
+            metadata.EntryPoint(name="bad", value="memoria_no_such_module_xyz:register", group="memoria_pg.plugins"),
+        ]
+    )
     monkeypatch.setattr(plugins.metadata, "entry_points", lambda group: eps.select(group=group))
     with pytest.raises(ConfigError, match="entry point 'bad'"):
         PluginRegistry().load_entry_points()

@@ -1,9 +1,9 @@
 import pytest
 
 from memoria_pg.config import DEFAULT_MEMORY_TYPES
+from memoria_pg.core.text import tokenize
 from memoria_pg.errors import InputError
 from memoria_pg.query.processor import QueryProcessor, candidate_ngrams, subject_attribute
-from memoria_pg.core.text import tokenize
 
 KNOWN = {"bob": "Bob", "new york": "New York", "acme corp": "Acme Corp", "zoë": "Zoë"}
 
@@ -32,22 +32,25 @@ def test_basic_fields(qp):
     assert q.metadata == {"original_tokens": q.tokens, "expanded_tokens": q.tokens}
 
 
-@pytest.mark.parametrize("text, subject, attribute", [
-    ("what is Alice's favourite colour", "Alice", "favourite colour"),
-    ("What's Alice's favorite color?", "Alice", "favourite colour"),
-    ("Alice's employer", "Alice", "employer"),
-    ("where does Bob live", "Bob", "location"),
-    ("Where is Bob from?", "Bob", "hometown"),
-    ("when is Carol's birthday", "Carol", "birthday"),
-    ("when was Carol born?", "Carol", "birthday"),
-    ("who is Dave's manager", "Dave", "manager"),
-    ("who does Eve work for", "Eve", "employer"),
-    ("how old is Mary Jane?", "Mary Jane", "age"),
-    ("What's the name of Alice's dog?", "Alice", "dog name"),
-    ("what is Alice's dog's name", "Alice", "dog name"),
-    ("Tell me about Alice's new job at Acme", "Alice", "new job"),
-    ("what does Alice like", "Alice", "likes"),
-])
+@pytest.mark.parametrize(
+    "text, subject, attribute",
+    [
+        ("what is Alice's favourite colour", "Alice", "favourite colour"),
+        ("What's Alice's favorite color?", "Alice", "favourite colour"),
+        ("Alice's employer", "Alice", "employer"),
+        ("where does Bob live", "Bob", "location"),
+        ("Where is Bob from?", "Bob", "hometown"),
+        ("when is Carol's birthday", "Carol", "birthday"),
+        ("when was Carol born?", "Carol", "birthday"),
+        ("who is Dave's manager", "Dave", "manager"),
+        ("who does Eve work for", "Eve", "employer"),
+        ("how old is Mary Jane?", "Mary Jane", "age"),
+        ("What's the name of Alice's dog?", "Alice", "dog name"),
+        ("what is Alice's dog's name", "Alice", "dog name"),
+        ("Tell me about Alice's new job at Acme", "Alice", "new job"),
+        ("what does Alice like", "Alice", "likes"),
+    ],
+)
 def test_subject_attribute_patterns(qp, text, subject, attribute):
     q = qp.process(text, "t1")
     assert (q.subject, q.attribute) == (subject, attribute)
@@ -60,8 +63,9 @@ def test_lower_case_subject_takes_known_spelling(qp):
     assert q.entities == ["Bob"]
 
 
-@pytest.mark.parametrize("text", ["where does he live", "what does it look like", "Alice's is closed",
-                                  "how do I reset the router"])
+@pytest.mark.parametrize(
+    "text", ["where does he live", "what does it look like", "Alice's is closed", "how do I reset the router"]
+)
 def test_no_subject_attribute(text):
     assert subject_attribute(text) == (None, None)
 
@@ -72,20 +76,23 @@ def test_first_person_subject_needs_speaker(qp):
     assert (q.subject, q.attribute) == ("Sam", "favourite food")
 
 
-@pytest.mark.parametrize("text, hint", [
-    ("how do I reset my router", "procedural"),
-    ("steps to bake bread", "procedural"),
-    ("which editor do I prefer", "preference"),
-    ("what is Alice's favourite colour", "preference"),
-    ("does Bob like jazz", "preference"),
-    ("when did we go to the beach", "episodic"),
-    ("what did I eat yesterday", "episodic"),
-    ("what happened last week", "episodic"),
-    ("remember when we met Bob", "episodic"),
-    ("what does ephemeral mean", "semantic"),
-    ("what does it look like", None),
-    ("Alice's employer", None),
-])
+@pytest.mark.parametrize(
+    "text, hint",
+    [
+        ("how do I reset my router", "procedural"),
+        ("steps to bake bread", "procedural"),
+        ("which editor do I prefer", "preference"),
+        ("what is Alice's favourite colour", "preference"),
+        ("does Bob like jazz", "preference"),
+        ("when did we go to the beach", "episodic"),
+        ("what did I eat yesterday", "episodic"),
+        ("what happened last week", "episodic"),
+        ("remember when we met Bob", "episodic"),
+        ("what does ephemeral mean", "semantic"),
+        ("what does it look like", None),
+        ("Alice's employer", None),
+    ],
+)
 def test_memory_type_hint_cues(qp, text, hint):
     assert qp.process(text, "t1").memory_type_hint == hint
 
@@ -105,9 +112,14 @@ def test_unknown_explicit_memory_type_rejected(qp):
         qp.process("anything", "t1", memory_type="bogus")
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "query is empty"), ("   \n\t ", "query is empty"), ("abc\x00def", "NUL byte"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "query is empty"),
+        ("   \n\t ", "query is empty"),
+        ("abc\x00def", "NUL byte"),
+    ],
+)
 def test_invalid_queries(qp, text, message):
     with pytest.raises(InputError, match=message):
         qp.process(text, "t1")

@@ -5,18 +5,26 @@ import math
 import numpy as np
 import pytest
 
+from memoria_pg.core.types import CandidateRecord, ProcessedQuery
 from memoria_pg.query.candidates import retrieval_order
 from memoria_pg.ranking import RankingPipeline, RankingWeights, finalize, mmr
-from memoria_pg.core.types import CandidateRecord, ProcessedQuery
 
-NOW = dt.datetime(2025, 6, 1, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2025, 6, 1, tzinfo=dt.UTC)
 QUERY = ProcessedQuery(text="q", normalized="q", tokens=["q"], tenant="t", memory_type_hint="episodic")
 
 
 def cand(memory_id, score=0.0, embedding=None, **fields):
-    defaults = dict(tenant="t", memory_type="general", content=f"m{memory_id}", metadata={}, importance=0.5,
-                    created_at=NOW - dt.timedelta(days=10), last_accessed_at=None, access_count=0,
-                    sources=["vector"])
+    defaults = dict(
+        tenant="t",
+        memory_type="general",
+        content=f"m{memory_id}",
+        metadata={},
+        importance=0.5,
+        created_at=NOW - dt.timedelta(days=10),
+        last_accessed_at=None,
+        access_count=0,
+        sources=["vector"],
+    )
     emb = None if embedding is None else np.asarray(embedding, dtype=np.float32)
     return CandidateRecord(memory_id=memory_id, embedding=emb, retrieval_score=score, **{**defaults, **fields})
 
@@ -43,9 +51,11 @@ def test_weights_validation_and_boost():
 
 
 def test_explanations_sum_to_final_score():
-    cands = [cand(1, 0.9, sources=["vector", "bm25"], memory_type="episodic", access_count=3),
-             cand(2, 0.5, sources=["graph"], scores={"graph_hops": 1}),
-             cand(3, 0.1, sources=["attribute", "phrase"], importance=0.9)]
+    cands = [
+        cand(1, 0.9, sources=["vector", "bm25"], memory_type="episodic", access_count=3),
+        cand(2, 0.5, sources=["graph"], scores={"graph_hops": 1}),
+        cand(3, 0.1, sources=["attribute", "phrase"], importance=0.9),
+    ]
     ranked = RankingPipeline(mmr_lambda=1.0).rank(QUERY, cands, 3, ["vector", "bm25", "graph"], now=NOW)
     for c in ranked:
         assert math.isclose(sum(c.explanation.values()), c.final_score)
@@ -66,8 +76,15 @@ def test_signals_break_ties_but_do_not_overturn_strong_lead():
     assert ids(RankingPipeline(mmr_lambda=1.0).rank(QUERY, tied, 3, ["vector"], now=NOW))[-1] == 1
     # a tail candidate with every bonus still stays behind the retrieval leader
     cands = [cand(i, score=100 - i) for i in range(30)]
-    cands[-1] = cand(29, 71, memory_type="episodic", created_at=NOW, importance=1.0, access_count=500,
-                     sources=["vector", "graph", "attribute", "phrase"])
+    cands[-1] = cand(
+        29,
+        71,
+        memory_type="episodic",
+        created_at=NOW,
+        importance=1.0,
+        access_count=500,
+        sources=["vector", "graph", "attribute", "phrase"],
+    )
     ranked = RankingPipeline(mmr_lambda=1.0).rank(QUERY, cands, 5, ["vector", "graph", "attribute", "phrase"], now=NOW)
     assert ranked[0].memory_id == 0 and 29 not in ids(ranked)
 

@@ -2,16 +2,37 @@ import datetime as dt
 
 import pytest
 
-from memoria_pg.ranking.signals import (SIGNALS, SignalContext, access, agreement, attribute_hit, graph_hit,
-                                        importance, phrase_hit, recency, retrieval, retrieval_by_rank, type_match)
 from memoria_pg.core.types import CandidateRecord, ProcessedQuery
+from memoria_pg.ranking.signals import (
+    SIGNALS,
+    SignalContext,
+    access,
+    agreement,
+    attribute_hit,
+    graph_hit,
+    importance,
+    phrase_hit,
+    recency,
+    retrieval,
+    retrieval_by_rank,
+    type_match,
+)
 
-NOW = dt.datetime(2025, 6, 1, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2025, 6, 1, tzinfo=dt.UTC)
 
 
 def cand(memory_id=1, **fields):
-    defaults = dict(tenant="t", memory_type="general", content="c", metadata={}, importance=0.5,
-                    created_at=NOW, last_accessed_at=None, access_count=0, embedding=None)
+    defaults = dict(
+        tenant="t",
+        memory_type="general",
+        content="c",
+        metadata={},
+        importance=0.5,
+        created_at=NOW,
+        last_accessed_at=None,
+        access_count=0,
+        embedding=None,
+    )
     return CandidateRecord(memory_id=memory_id, **{**defaults, **fields})
 
 
@@ -21,9 +42,13 @@ def ctx(hint=None, submitted=("vector", "bm25", "graph", "phrase"), retrieval_va
 
 
 def test_every_signal_stays_in_unit_interval():
-    extreme = cand(importance=7.0, access_count=10**9, created_at=NOW - dt.timedelta(days=10**4),
-                   sources=["vector", "bm25", "graph", "phrase", "attribute", "relevance"],
-                   scores={"graph_hops": 0, "attribute_distance": -3.0})
+    extreme = cand(
+        importance=7.0,
+        access_count=10**9,
+        created_at=NOW - dt.timedelta(days=10**4),
+        sources=["vector", "bm25", "graph", "phrase", "attribute", "relevance"],
+        scores={"graph_hops": 0, "attribute_distance": -3.0},
+    )
     c = ctx(retrieval_values={1: 1.0})
     for name, signal in SIGNALS.items():
         assert 0.0 <= signal(extreme, c) <= 1.0, name

@@ -3,11 +3,11 @@ import dataclasses
 import pytest
 
 from memoria_pg.config import DEFAULT_MEMORY_TYPES, Config
-from memoria_pg.errors import ConfigError
-from memoria_pg.ranking import SIGNAL_NAMES
-from memoria_pg.query.routing import PRESETS, ROUTES, Router, preset, submitted_workers
 from memoria_pg.core.types import ProcessedQuery, Route
+from memoria_pg.errors import ConfigError
+from memoria_pg.query.routing import PRESETS, ROUTES, Router, preset, submitted_workers
 from memoria_pg.query.workers import DEFAULT_WORKERS
+from memoria_pg.ranking import SIGNAL_NAMES
 
 WORKER_NAMES = DEFAULT_WORKERS.names
 
