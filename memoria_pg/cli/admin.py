@@ -1,0 +1,177 @@
+"""Administration: settings, the embedded server, the server check, migrations, memory types, the graph."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..db import embedded as server
+from ..db import migrate
+from .base import cli, config_of, data_dir_for, dsn_for, open_system
+
+
+@cli.command("config")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.pass_context
+def config_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Print the effective settings (defaults overridden by MEMORIA_* variables and options)."""
+    values = config_of(ctx).as_dict()
+    if isinstance(values.get("dsn"), str):
+        values["dsn"] = _redact(str(values["dsn"]))
+    if as_json:
+        click.echo(json.dumps(values, indent=2, default=list))
+        return
+    width = max(len(k) for k in values)
+    for key, value in values.items():
+        shown = ",".join(value) if isinstance(value, tuple) else value
+        click.echo(f"{('MEMORIA_' + key.upper()).ljust(width + 8)}  {shown}")
+
+
+def _redact(dsn: str) -> str:
+    import re
+
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", dsn)
+
+
+@cli.group("server")
+def server_group() -> None:
+    """Manage the embedded PostgreSQL server (used when no DSN is given)."""
+
+
+@server_group.command("start")
+@click.pass_context
+def server_start(ctx: click.Context) -> None:
+    """Start the embedded server and leave it running; prints its DSN."""
+    cfg = config_of(ctx)
+    click.echo(server.start(data_dir_for(cfg), keep_running=True))
+
+
+@server_group.command("stop")
+@click.pass_context
+def server_stop(ctx: click.Context) -> None:
+    """Stop the embedded server."""
+    stopped = server.stop(data_dir_for(config_of(ctx)))
+    click.echo("stopped" if stopped else "not running")
+
+
+@server_group.command("status")
+@click.pass_context
+def server_status(ctx: click.Context) -> None:
+    """Say whether the embedded server is running, with its pid and DSN."""
+    st = server.status(data_dir_for(config_of(ctx)))
+    click.echo(f"data dir: {st.data_dir}")
+    click.echo(f"running (pid {st.pid}): {st.dsn}" if st.running else "not running")
+
+
+@cli.command()
+@click.pass_context
+def doctor(ctx: click.Context) -> None:
+    """Check the server: version, extensions (vector required, AGE optional), schema revision."""
+    import psycopg
+
+    from ..db import VECTOR_HELP, detect_capabilities
+
+    cfg = config_of(ctx)
+    dsn = dsn_for(cfg)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        caps = detect_capabilities(conn)
+    click.echo(f"server:        PostgreSQL {caps.server_version} ({'DSN' if cfg.dsn else 'embedded'})")
+    click.echo(f"pgvector:      {caps.vector or ('available, not created' if caps.vector_available else 'MISSING')}")
+    click.echo(f"pg_trgm:       {'yes' if caps.pg_trgm else 'MISSING'}")
+    click.echo(
+        f"Apache AGE:    {caps.age or ('available' if caps.age_available else 'not installed (graph worker uses SQL)')}"
+    )
+    click.echo(f"graph backend: {caps.graph_backend}")
+    click.echo(f"schema:        {migrate.current(dsn) or 'not installed (run: memoria-pg db upgrade)'}")
+    if not caps.vector_available:
+        raise click.ClickException(VECTOR_HELP)
+
+
+@cli.group("db")
+def db_group() -> None:
+    """Schema migrations (Alembic)."""
+
+
+@db_group.command("upgrade")
+@click.argument("revision", default="head")
+@click.pass_context
+def db_upgrade(ctx: click.Context, revision: str) -> None:
+    """Upgrade the schema to REVISION (default: head)."""
+    cfg = config_of(ctx)
+    dsn = dsn_for(cfg)
+    migrate.upgrade(dsn, revision, memory_types=cfg.memory_types, use_age=cfg.use_age)
+    click.echo(f"schema at {migrate.current(dsn)}")
+
+
+@db_group.command("downgrade")
+@click.argument("revision", default="base")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_context
+def db_downgrade(ctx: click.Context, revision: str, yes: bool) -> None:
+    """Downgrade the schema to REVISION (default: base, which drops all memories)."""
+    if revision == "base" and not yes:
+        click.confirm("Downgrading to base deletes every memory. Continue?", abort=True)
+    dsn = dsn_for(config_of(ctx))
+    migrate.downgrade(dsn, revision)
+    click.echo(f"schema at {migrate.current(dsn) or 'base'}")
+
+
+@db_group.command("current")
+@click.pass_context
+def db_current(ctx: click.Context) -> None:
+    """Print the schema revision of the database."""
+    click.echo(migrate.current(dsn_for(config_of(ctx))) or "base (no schema)")
+
+
+@db_group.command("history")
+@click.pass_context
+def db_history(ctx: click.Context) -> None:
+    """List the migrations, oldest first."""
+    for rev, down, doc in migrate.history(config_of(ctx).dsn or "postgresql://"):
+        click.echo(f"{down or 'base'} -> {rev}  {doc}")
+
+
+@cli.group("types")
+def types_group() -> None:
+    """Memory types (the shards)."""
+
+
+@types_group.command("add")
+@click.argument("name")
+@click.pass_context
+def types_add(ctx: click.Context, name: str) -> None:
+    """Create the shard (partitions and indexes) of a new memory type NAME."""
+    created = migrate.add_memory_type(dsn_for(config_of(ctx)), name)
+    click.echo(f"memory type {name!r} {'created' if created else 'already exists'}")
+
+
+@types_group.command("list")
+@click.pass_context
+def types_list(ctx: click.Context) -> None:
+    """List the memory types."""
+    import psycopg
+
+    with psycopg.connect(dsn_for(config_of(ctx))) as conn:
+        for (name,) in conn.execute("SELECT name FROM memoria.memory_types ORDER BY name"):
+            click.echo(name)
+
+
+@cli.group("graph")
+def graph_group() -> None:
+    """The Apache AGE graph that mirrors entities and mentions (when the server has AGE)."""
+
+
+@graph_group.command("rebuild")
+@click.option("--tenant", required=True, help="Tenant whose graph to rebuild from the plain tables.")
+@click.pass_context
+def graph_rebuild(ctx: click.Context, tenant: str) -> None:
+    """Rebuild one tenant's AGE graph from the entity tables."""
+    from ..db.graph_age import rebuild
+
+    with open_system(config_of(ctx)) as system:
+        if not system.db.capabilities.age:
+            raise click.ClickException("this server has no AGE graph (see `memoria-pg doctor`)")
+        with system.db.connection() as conn:
+            rebuild(conn, tenant)
+    click.echo(f"graph of tenant {tenant!r} rebuilt")
