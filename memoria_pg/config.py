@@ -89,6 +89,13 @@ class Config:
     plugins: str | None = None  # "module:function[,module:function]"; each receives the PluginRegistry
     load_plugin_entry_points: bool = False  # also load the memoria_pg.plugins entry points
 
+    # Attributes of which a subject has one value at a time: a newer statement of the same subject's
+    # attribute supersedes the older one from its time on (a trailing " *" names a prefix).
+    single_valued_attributes: tuple[str, ...] = (
+        "location", "employer", "occupation", "age", "spouse", "partner", "boss", "manager", "address",
+        "phone number", "email", "favourite *",
+    )  # fmt: skip
+
     max_content_chars: int = 100_000
     max_query_chars: int = 4_000
     # Records per ingest transaction: each tenant of a batch costs a dozen statements, so larger

@@ -27,3 +27,7 @@ class SchemaError(ServerError):
 
 class PoolTimeout(ServerError):
     """No pooled connection became free in time."""
+
+
+class NotFound(MemoriaError, LookupError):
+    """No memory of the tenant has that id (another tenant's memory is missing, not forbidden)."""

@@ -7,19 +7,22 @@ wing reaches back into it.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import psycopg
 
 from .config import Config, default_data_dir
 from .core import validation
 from .core.embedding import CachedQueryEmbedder, Embedder, LazyEmbedder
-from .core.types import MemoryRecord, StoreResult
+from .core.types import ForgetResult, HistoryEvent, Memory, MemoryRecord, StoreResult
 from .db import Database, embedded, migrate
 from .ingest import Ingestor, RecordRules, batched
+from .lifecycle import MISSING, Lifecycle
 from .plugins import PluginRegistry
 from .query import QueryPipeline, QueryRequest, QueryResponse
 from .query.processor import EntityLookup, QueryProcessor
@@ -68,6 +71,8 @@ class MemorySystem:
         self.scheduler = Scheduler(self.db, max_workers=max(len(self.worker_registry) * 2, cfg.pool_max_size))
         self.pipeline = self._query_pipeline(ranking)
         self.ingestor = self._ingestor()
+        self.lifecycle = Lifecycle(self.db, self.ingestor, self._embedder, graph=self.db.capabilities.age is not None)
+        self._schema_head: str | None = None
 
     def _start_server(self, cfg: Config, auto_migrate: bool | None) -> str:
         dsn = cfg.dsn
@@ -125,7 +130,13 @@ class MemorySystem:
 
             graph_writer = sync_batch
         return Ingestor(
-            self.db, embedder=self._embedder, rules=rules, k1=cfg.bm25_k1, b=cfg.bm25_b, graph_writer=graph_writer
+            self.db,
+            embedder=self._embedder,
+            rules=rules,
+            k1=cfg.bm25_k1,
+            b=cfg.bm25_b,
+            graph_writer=graph_writer,
+            single_valued=cfg.single_valued_attributes,
         )
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -190,6 +201,67 @@ class MemorySystem:
             _placed(records, size, wheres), writers=writers, progress=progress, return_ids=return_ids
         )
 
+    # -- the lifecycle ---------------------------------------------------------------------------
+    def get(self, memory_id: int | None = None, *, external_id: str | None = None, tenant: str | None = None) -> Memory:
+        """The memory with that id (or external id) of the tenant; NotFound otherwise (also when it is
+        another tenant's)."""
+        return self.lifecycle.get(memory_id, external_id, self._tenant(tenant))
+
+    def list_memories(
+        self, *, tenant: str | None = None, memory_type: str | None = None, where: dict[str, Any] | None = None,
+        after: int = 0, limit: int = 100,
+    ) -> list[Memory]:  # fmt: skip
+        """A page of the tenant's memories in id order: those after the id `after` (a cursor)."""
+        return self.lifecycle.page(self._tenant(tenant), memory_type=memory_type, where=where, after=after,
+                                   limit=limit)  # fmt: skip
+
+    def update(
+        self, memory_id: int, *, tenant: str | None = None, content: Any = MISSING, context: Any = MISSING,
+        metadata: Any = MISSING, importance: Any = MISSING, pinned: Any = MISSING, memory_type: Any = MISSING,
+        embedding: Sequence[float] | np.ndarray | None = None,
+    ) -> Memory:  # fmt: skip
+        """Change a memory in one transaction: a new text is re-embedded (unless `embedding` is given),
+        re-tokenized and re-extracted, a new type moves it to that shard, and every derived statistic
+        follows; its history records the previous values."""
+        fields = {"content": content, "context": context, "metadata": metadata, "importance": importance,
+                  "pinned": pinned, "memory_type": memory_type}  # fmt: skip
+        return self.lifecycle.update(memory_id, self._tenant(tenant), fields, embedding)
+
+    def delete(self, memory_ids: int | Iterable[int], *, tenant: str | None = None) -> int:
+        """Delete memories and everything derived from them; NotFound (nothing deleted) when one is missing."""
+        return self.lifecycle.delete(memory_ids, self._tenant(tenant))
+
+    def forget(
+        self, *, tenant: str | None = None, memory_type: str | None = None, before: Any = None,
+        where: dict[str, Any] | None = None, dry_run: bool = False,
+    ) -> ForgetResult:  # fmt: skip
+        """Delete the tenant's memories that match every given filter (type, created before, metadata
+        containing `where`) in one transaction; `dry_run` only counts them."""
+        return self.lifecycle.forget(self._tenant(tenant), memory_type=memory_type, before=before, where=where,
+                                     dry_run=dry_run)  # fmt: skip
+
+    def erase_tenant(self, tenant: str) -> dict[str, int]:
+        """Remove every row of the tenant in every table (memories, postings, statistics, entities,
+        edges, attributes, access, traces, history) and its AGE graph; rows removed per table."""
+        return self.lifecycle.erase(tenant)
+
+    def history(self, memory_id: int, *, tenant: str | None = None) -> list[HistoryEvent]:
+        """What happened to a memory, oldest first (also after it was deleted, until the tenant is erased)."""
+        return self.lifecycle.history(memory_id, self._tenant(tenant))
+
+    def invalidate(self, memory_id: int, *, tenant: str | None = None, at: Any = None) -> Memory:
+        """Retire a memory from `at` (default now), reversibly: queries leave it out from then on,
+        unless asked for as of an earlier time or with include_invalid=True."""
+        valid_to = validation.moment(at, "at") if at is not None else dt.datetime.now(dt.UTC)
+        return self.lifecycle.set_validity(memory_id, self._tenant(tenant), valid_to)
+
+    def restore(self, memory_id: int, *, tenant: str | None = None) -> Memory:
+        """Undo `invalidate`: the memory holds again."""
+        return self.lifecycle.set_validity(memory_id, self._tenant(tenant), None)
+
+    def _tenant(self, tenant: str | None) -> str:
+        return self.config.default_tenant if tenant is None else tenant
+
     # -- queries ---------------------------------------------------------------------------------
     def query(
         self,
@@ -225,6 +297,20 @@ class MemorySystem:
 
         return explain_query(self.pipeline, response)
 
+    def readiness(self) -> dict[str, Any]:
+        """What a readiness probe reports: whether the database answers (on a connection of its own, so
+        a busy pool cannot delay the answer), its schema revision and this library's newest one, and
+        whether the embedding model is loaded (it loads on first use; `memory.embedder` loads it now)."""
+        if self._schema_head is None:
+            self._schema_head = migrate.history(self.dsn)[-1][0]
+        state: dict[str, Any] = {"database": True, "error": None, "schema": None, "schema_head": self._schema_head}
+        try:
+            state["schema"] = migrate.current(self.dsn)
+        except psycopg.Error as exc:
+            state.update(database=False, error=f"cannot connect to PostgreSQL: {exc}")
+        state["model_loaded"] = self._embedder.loaded
+        return state
+
     def clear_access_statistics(self, tenant: str) -> int:
         """Forget which of the tenant's memories were returned and how often (the ranking's access
         signal); returns the number of memories whose statistics were removed."""
@@ -248,8 +334,10 @@ def _placed(records: Records, size: int, wheres: Iterable[str] | None) -> Iterat
 
 
 def _default_embedder(cfg: Config) -> Embedder:
-    from .core.embedding import SentenceTransformerEmbedder
+    from .core.embedding import HashEmbedder, SentenceTransformerEmbedder
 
+    if cfg.embedding_model == "hash":  # MEMORIA_EMBEDDING_MODEL=hash: the deterministic test/demo embedder
+        return HashEmbedder(cfg.embedding_dim)
     return SentenceTransformerEmbedder(cfg.embedding_model, batch_size=cfg.embedding_batch_size)
 
 

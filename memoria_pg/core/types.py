@@ -71,6 +71,7 @@ class CandidateRecord:
     last_accessed_at: dt.datetime | None
     access_count: int
     embedding: np.ndarray | None
+    external_id: str | None = None
     sources: list[str] = field(default_factory=list)
     # per-source scores: vector_distance, bm25, fusion, graph_hops, attribute_distance, phrase,
     # relevance, and <source>_rank for every source
@@ -99,6 +100,8 @@ class MemoryRecord:
     # Text that situates the memory (the turns before it in a conversation, a document's title):
     # indexed with it - BM25 terms at a lower weight, and in the embedding - but not its content.
     context: str | None = None
+    # When what it says starts to hold (its facts supersede older ones from then); None: created_at.
+    valid_from: dt.datetime | None = None
 
 
 @dataclass
@@ -109,3 +112,49 @@ class StoreResult:
     # rows staged: memories + their BM25 terms + entities + attributes (a memory's terms and entities
     # travel as arrays in its COPY row)
     copy_rows: int = 0
+
+
+@dataclass
+class Memory:
+    """A stored memory as `MemorySystem.get` returns it.
+
+    `status`: "active"; "invalidated" (valid_to is set: queries leave it out unless asked); or
+    "superseded" (a newer memory states a different value for one of its single-valued facts:
+    `superseded_by`; it stays retrievable and ranks below the newer fact for current questions).
+    """
+
+    id: int
+    tenant: str
+    memory_type: str
+    content: str
+    context: str | None
+    metadata: dict[str, Any]
+    external_id: str | None
+    importance: float
+    pinned: bool
+    created_at: dt.datetime
+    valid_from: dt.datetime
+    valid_to: dt.datetime | None
+    status: str
+    superseded_by: int | None = None
+
+
+@dataclass
+class HistoryEvent:
+    """One entry of a memory's history: stored, updated (`detail["previous"]`: the fields it had),
+    invalidated, restored or deleted."""
+
+    id: int
+    memory_id: int
+    event: str
+    at: dt.datetime
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ForgetResult:
+    """What `forget` matched and removed (`deleted` is 0 on a dry run)."""
+
+    matched: int
+    deleted: int
+    ids: list[int] = field(default_factory=list)

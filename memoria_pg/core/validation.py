@@ -8,6 +8,7 @@ what to do. `where` names the record in a batch ("record 3", "m.jsonl line 7").
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import json
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -16,11 +17,32 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, InputError
+from .text import MAX_KEY_BYTES, MAX_NAME_CHARS, indexable_key, indexable_name
 
 MAX_TENANT_CHARS = 200
-MAX_NAME_CHARS = 200  # an entity name
 MAX_FIELD_CHARS = 500  # an external id, an attribute's subject, name or value
 FUTURE_TOLERANCE = dt.timedelta(days=1)
+# psycopg reads a timestamptz as a datetime in the session's time zone, and datetime ends at the years
+# 1 and 9999: a time within a day of either end could not be read back in some time zone (and a query
+# whose candidates include it would fail). Times are kept a day inside.
+MIN_TIME = dt.datetime(1, 1, 2, tzinfo=dt.UTC)
+MAX_TIME = dt.datetime(9999, 12, 30, tzinfo=dt.UTC)
+# Below this norm a vector has no meaningful direction; stored vectors are scaled to unit length, so
+# float32 cosine distances never see a norm that underflows (distance NaN, or 0 to half the queries).
+MIN_VECTOR_NORM = 1e-6
+MAX_TOP_K = 10_000
+MAX_METADATA_BYTES = 65_536  # a memory's metadata as UTF-8 JSON
+MAX_METADATA_DEPTH = 32  # nesting of objects and arrays in metadata
+
+
+class Omitted(enum.Enum):
+    """The default of an argument whose absence means "the configured default" (the tenant of a
+    query): None is a value, and an explicit None tenant is an error, not the default tenant."""
+
+    OMITTED = "omitted"
+
+
+OMITTED = Omitted.OMITTED
 
 
 def encodable(text: str) -> bool:
@@ -64,13 +86,23 @@ def query_text(text: object, max_chars: int) -> str:
     return text
 
 
-def tenant(value: object) -> str:
-    """A tenant that can be set as a transaction's tenant (memoria.tenant)."""
-    if not isinstance(value, str) or not value.strip() or "\x00" in value or not encodable(value):
-        raise InputError("tenant must be a non-empty string of valid UTF-8 text without NUL bytes")
+def tenant(value: object, where: str | None = None) -> str:
+    """A tenant that can be set as a transaction's tenant (memoria.tenant). Every path that takes a
+    tenant (store, store_many, query, the CLI, the graph functions) checks it here: an empty or
+    non-string tenant is an error, never the default tenant."""
+    prefix = f"{where}: " if where else ""
+    if not isinstance(value, str):
+        raise InputError(f"{prefix}tenant must be a non-empty string, got {type(value).__name__}")
+    if not value.strip() or "\x00" in value or not encodable(value):
+        raise InputError(f"{prefix}tenant must be a non-empty string of valid UTF-8 text without NUL bytes")
     if len(value) > MAX_TENANT_CHARS:
-        raise InputError(f"tenant has {len(value)} characters; the limit is {MAX_TENANT_CHARS}")
+        raise InputError(f"{prefix}tenant has {len(value)} characters; the limit is {MAX_TENANT_CHARS}")
     return value
+
+
+def tenant_or_default(value: object, default: str) -> str:
+    """The tenant given (checked), or `default` when it was omitted (OMITTED)."""
+    return default if value is OMITTED else tenant(value)
 
 
 def memory_type(value: str | None, known: Collection[str], where: str | None = None) -> str | None:
@@ -105,22 +137,45 @@ def requested_workers(names: Sequence[str] | None, known: Collection[str]) -> tu
 
 
 def top_k(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOP_K:
+        raise InputError(f"top_k must be an integer from 1 to {MAX_TOP_K:,}, got {value!r}")
+    return value
+
+
+def count(value: object, what: str) -> int:
+    """A positive integer (a batch size, a number of writers); bools are not counts."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"top_k must be a positive integer, got {value!r}")
+        raise InputError(f"{what} must be a positive integer, got {value!r}")
     return value
 
 
 def vector(value: object, dim: int, what: str) -> np.ndarray:
-    """A finite, non-zero float32 vector of `dim` numbers (cosine distance is undefined otherwise)."""
+    """`dim` finite numbers (not strings or booleans) with a norm of at least MIN_VECTOR_NORM,
+    scaled to unit length in float64 and returned as float32: cosine distance ignores the length, and
+    a unit vector's float32 norm cannot underflow."""
+    if isinstance(value, (str, bytes, Mapping)):
+        raise InputError(f"{what} must be a list of {dim} numbers, got {type(value).__name__}")
     try:
-        array = np.asarray(value, dtype=np.float32)
+        array = np.asarray(value)
     except (TypeError, ValueError):
-        raise InputError(f"{what} must be a list of numbers") from None
+        raise InputError(f"{what} must be a list of {dim} numbers") from None
+    if array.dtype.kind not in "fiu" or (isinstance(value, (list, tuple)) and bool in map(type, value)):
+        raise InputError(f"{what} must be a list of {dim} numbers (not strings or booleans)")
     if array.shape != (dim,):
         raise InputError(f"{what} has shape {array.shape}, expected ({dim},)")
-    if not np.all(np.isfinite(array)) or not np.any(array):
-        raise InputError(f"{what} must be finite and non-zero (cosine distance is undefined otherwise)")
-    return array
+    array = array.astype(np.float64)
+    if not np.all(np.isfinite(array)):
+        raise InputError(f"{what} must be finite (cosine distance is undefined otherwise)")
+    scale = float(np.max(np.abs(array)))
+    scaled = array / scale if scale > 0 else array
+    length = float(np.linalg.norm(scaled))  # in [1, sqrt(dim)] unless all zero: no underflow
+    if not scale * length >= MIN_VECTOR_NORM:
+        raise InputError(
+            f"{what} has norm {scale * length:.3g}, below {MIN_VECTOR_NORM:g}: it has no direction to compare "
+            "(cosine distance needs a non-zero vector)"
+        )
+    unit: np.ndarray = (scaled / length).astype(np.float32)
+    return unit
 
 
 def importance(value: object, where: str) -> float:
@@ -140,49 +195,95 @@ def pinned(value: object, where: str) -> bool:
 
 
 def created_at(value: object, where: str, now: dt.datetime) -> dt.datetime:
-    """An aware datetime from an ISO 8601 string, date or datetime; naive times are taken as UTC."""
+    """A storable UTC time (storable_time) at most FUTURE_TOLERANCE ahead of `now`; None is `now`."""
     if value is None:
         return now
-    if isinstance(value, str):
-        try:
-            value = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        except ValueError:
-            raise InputError(f"{where}: created_at {value!r} is not an ISO 8601 date-time") from None
-    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
-        value = dt.datetime.combine(value, dt.time())
-    if not isinstance(value, dt.datetime):
-        raise InputError(f"{where}: created_at must be an ISO 8601 string or datetime")
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
+    value = storable_time(value, "created_at", where)
     if value > now + FUTURE_TOLERANCE:
         raise InputError(f"{where}: created_at {value.isoformat()} is in the future")
     return value
 
 
+def storable_time(value: object, what: str, where: str | None = None) -> dt.datetime:
+    """An aware datetime in UTC from an ISO 8601 string, date or datetime (naive times are UTC), between
+    MIN_TIME and MAX_TIME: one that can be stored and read back in any session time zone."""
+    prefix = f"{where}: " if where else ""
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise InputError(f"{prefix}{what} {value!r} is not an ISO 8601 date-time") from None
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime.combine(value, dt.time())
+    if not isinstance(value, dt.datetime):
+        raise InputError(f"{prefix}{what} must be an ISO 8601 string or datetime, got {type(value).__name__}")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    try:
+        utc = value.astimezone(dt.UTC)
+    except (OverflowError, ValueError):
+        utc = None  # before the year 1 or after 9999 in UTC
+    if utc is None or not MIN_TIME <= utc <= MAX_TIME:
+        raise InputError(
+            f"{prefix}{what} {value.isoformat()} cannot be stored and read back: use a time from "
+            f"{MIN_TIME.isoformat()} to {MAX_TIME.isoformat()}"
+        )
+    return utc
+
+
 def metadata(value: object, where: str) -> dict[str, Any]:
-    """A JSON object that PostgreSQL's jsonb can hold (no NaN, NUL or lone surrogates)."""
+    """A JSON object that PostgreSQL's jsonb can hold (no NaN, NUL or lone surrogates), nested at most
+    MAX_METADATA_DEPTH deep and at most MAX_METADATA_BYTES as UTF-8 JSON."""
     value = value if value is not None else {}
     if not isinstance(value, dict):
-        raise InputError(f"{where}: metadata must be a JSON object")
+        raise InputError(f"{where}: metadata must be a JSON object, got {type(value).__name__}")
+    if not _nested_within(value, MAX_METADATA_DEPTH):  # first: the checks below recurse
+        raise InputError(f"{where}: metadata is nested more than {MAX_METADATA_DEPTH} levels deep")
     try:
-        json.dumps(value, allow_nan=False)
+        text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{where}: metadata is not JSON-serializable: {exc}") from None
     if _any_string(value, lambda s: "\x00" in s):
         raise InputError(f"{where}: metadata contains a NUL byte; remove it (PostgreSQL jsonb cannot hold \\u0000)")
     if _any_string(value, lambda s: not s.isascii() and any("\ud800" <= ch <= "\udfff" for ch in s)):
         raise InputError(f"{where}: metadata contains an invalid (surrogate) character; pass valid UTF-8 text")
+    if len(text) > MAX_METADATA_BYTES:  # escaped JSON is ASCII: measure the UTF-8 form
+        size = len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+        if size > MAX_METADATA_BYTES:
+            raise InputError(
+                f"{where}: metadata is {size:,} bytes as JSON, over the limit of {MAX_METADATA_BYTES:,}; "
+                "keep large data in the content or outside memoria"
+            )
     return value
 
 
+def external_id(value: object, where: str) -> str:
+    """The caller's id of a memory: a string (an integer is taken as its decimal digits)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InputError(f"{where}: external_id must be a string, got {type(value).__name__}")
+    text = clean_text(str(value), "external_id", where, MAX_FIELD_CHARS)
+    if not indexable_key(text):
+        raise InputError(f"{where}: external_id is over {MAX_KEY_BYTES:,} bytes in UTF-8 (it is an index key)")
+    return text
+
+
 def entity_names(value: object, where: str) -> list[str]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise InputError(f"{where}: entities must be a list of names")
-    return [clean_text(e, "entity", where, MAX_NAME_CHARS) for e in value]
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise InputError(f"{where}: entities must be a list of names, got {type(value).__name__}")
+    names = [clean_text(e, "entity", where, MAX_NAME_CHARS) for e in value]
+    for name in names:
+        if not indexable_name(name):
+            raise InputError(
+                f"{where}: entity {name[:40]!r}... is over {MAX_NAME_CHARS} characters or {MAX_KEY_BYTES:,} bytes "
+                "once normalized (NFKC)"
+            )
+    return names
 
 
-def attribute_triples(value: Iterable[object], where: str) -> list[tuple[str, str, str]]:
+def attribute_triples(value: object, where: str) -> list[tuple[str, str, str]]:
     """[subject, attribute, value] triples (lists, tuples or {subject, attribute, value} objects)."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise InputError(f"{where}: attributes must be a list of [subject, attribute, value] triples")
     triples: list[tuple[str, str, str]] = []
     for item in value:
         if isinstance(item, Mapping):
@@ -190,8 +291,28 @@ def attribute_triples(value: Iterable[object], where: str) -> list[tuple[str, st
         if not isinstance(item, (list, tuple)) or len(item) != 3:
             raise InputError(f"{where}: attributes must be [subject, attribute, value] triples")
         subject, name, text = (clean_text(v, "attribute field", where, MAX_FIELD_CHARS) for v in item)
+        if not indexable_key(subject):
+            raise InputError(f"{where}: an attribute's subject is over {MAX_KEY_BYTES:,} bytes in UTF-8")
         triples.append((subject, name, text))
     return triples
+
+
+def _nested_within(value: object, limit: int) -> bool:
+    """Whether a JSON-like value nests objects and arrays at most `limit` deep (iterative: a value
+    nested deeper than Python's recursion limit is refused, not a RecursionError)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return False
+        stack.extend((child, depth + 1) for child in children)
+    return True
 
 
 def _any_string(value: object, test: Callable[[str], bool]) -> bool:
@@ -203,3 +324,38 @@ def _any_string(value: object, test: Callable[[str], bool]) -> bool:
     if isinstance(value, (list, tuple)):
         return any(_any_string(v, test) for v in value)
     return False
+
+
+def moment(value: object, what: str, where: str | None = None) -> dt.datetime:
+    """An aware UTC datetime from an ISO 8601 string, date or datetime (naive times are UTC): a
+    validity start, an `as_of`, a `before`."""
+    prefix = f"{where}: " if where else ""
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise InputError(f"{prefix}{what} {value!r} is not an ISO 8601 date-time") from None
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime.combine(value, dt.time())
+    if not isinstance(value, dt.datetime):
+        raise InputError(f"{prefix}{what} must be an ISO 8601 string or datetime, got {type(value).__name__}")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    try:
+        return value.astimezone(dt.UTC)
+    except OverflowError:
+        raise InputError(f"{prefix}{what} {value.isoformat()} is outside the range of storable times") from None
+
+
+def memory_id(value: object) -> int:
+    """A memory id: a positive integer (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"a memory id must be a positive integer, got {value!r}")
+    return value
+
+
+def metadata_filter(value: object) -> dict[str, Any]:
+    """A `where` filter: {metadata key: value}, matched by JSON containment."""
+    if not isinstance(value, dict) or not value:
+        raise InputError("where must be a non-empty object of metadata keys and values, e.g. {'speaker': 'Maya'}")
+    return metadata(value, "where")

@@ -36,12 +36,15 @@ class Ingestor:
         k1: float,
         b: float,
         graph_writer: GraphWriter | None = None,
+        single_valued: Sequence[str] = (),
     ) -> None:
         self.db = db
         self.embedder = embedder
         self.rules = rules
         self.k1, self.b = k1, b
         self.graph_writer = graph_writer
+        # attribute names whose newer statement supersedes an older one ("favourite *": a prefix)
+        self.single_valued = attribute_patterns(single_valued)
         # see _pipeline; False runs each statement on its own (profiling, or a libpq before 14)
         self.pipeline = psycopg.Pipeline.is_supported()
 
@@ -176,6 +179,19 @@ class Ingestor:
                     result.inserted += 1
         return result
 
+    def rederive(self, conn: psycopg.Connection, prepared: Sequence[Prepared], ids: Sequence[int]) -> None:
+        """Write the derived rows of memories that exist already (an update): postings, BM25
+        statistics, entities and co-occurrences, attributes and their supersession, the graph mirror;
+        in the caller's transaction, whose tenant is the memories' tenant."""
+        rows = list(range(len(prepared)))
+        conn.execute(load_sql("ingest/stage"))
+        self.copy_batch(conn, list(prepared), rows)
+        conn.execute("UPDATE stage_memories SET memory_id = (%s::bigint[])[row_no + 1]", (list(ids),))
+        with self._pipeline(conn):
+            conn.execute(load_sql("ingest/insert_terms"), {"k1": self.k1, "b": self.b})
+            conn.execute(load_sql("ingest/insert_attributes"))
+        self._update_shared_rows(conn, [prepared[0].tenant] if prepared else [])
+
     def _insert_own_rows(self, conn: psycopg.Connection, tenants: Sequence[str], late_tenants: Sequence[str]) -> None:
         """Step 1, rows only this batch writes: memories (and their index entries: the bulk of the
         work), postings, attributes. They lock nothing another batch needs, except the dedup key of a
@@ -192,6 +208,7 @@ class Ingestor:
                 set_tenant(conn, tenant)
                 conn.execute(load_sql("ingest/insert_terms"), {"k1": self.k1, "b": self.b})
                 conn.execute(load_sql("ingest/insert_attributes"))
+                conn.execute(load_sql("ingest/insert_history"))
 
     def _update_shared_rows(self, conn: psycopg.Connection, tenants: Sequence[str]) -> None:
         """Step 2, shared rows every batch of a tenant updates (shard statistics, document
@@ -206,6 +223,8 @@ class Ingestor:
                     conn.execute(load_sql("ingest/insert_entities"))
                 if self.graph_writer is not None:
                     self.graph_writer(conn, tenant)
+                if self.single_valued["exact"] or self.single_valued["prefixes"]:
+                    conn.execute(load_sql("ingest/supersede"), self.single_valued)
 
     def copy_batch(
         self, conn: psycopg.Connection, prepared: list[Prepared], rows: list[int], late: Collection[int] = ()
@@ -237,7 +256,8 @@ class Ingestor:
 _STAGE_MEMORIES = (
     ("row_no", "int4"), ("tenant", "text"), ("memory_type", "text"), ("external_id", "text"),
     ("dedup_key", "text"), ("content", "text"), ("context", "text"), ("metadata", "jsonb"),
-    ("importance", "float4"), ("pinned", "bool"), ("created_at", "timestamptz"), ("embedding", "vector"),
+    ("importance", "float4"), ("pinned", "bool"), ("created_at", "timestamptz"), ("valid_from", "timestamptz"),
+    ("embedding", "vector"),
     ("doc_len", "int4"), ("terms", "text[]"), ("tfs", "int4[]"), ("entity_names", "text[]"),
     ("entity_norms", "text[]"), ("late", "bool"),
 )  # fmt: skip
@@ -248,7 +268,8 @@ def _stage_row(i: int, p: Prepared, late: bool) -> tuple[Any, ...]:
     r = p.record
     return (
         i, p.tenant, p.memory_type, r.external_id, p.dedup_key, r.content, r.context, Jsonb(r.metadata),
-        r.importance, bool(r.pinned), r.created_at, r.embedding, p.doc_len, list(p.terms), list(p.terms.values()),
+        r.importance, bool(r.pinned), r.created_at, r.valid_from, r.embedding, p.doc_len, list(p.terms),
+        list(p.terms.values()),
         p.entities, [normalize_entity(name) for name in p.entities], late,
     )  # fmt: skip
 
@@ -290,6 +311,18 @@ def _by_tenant(prepared: Sequence[Prepared], result: StoreResult) -> dict[str, l
         seen.add(p.key)
         by_tenant.setdefault(p.tenant, []).append(i)
     return by_tenant
+
+
+def attribute_patterns(names: Sequence[str]) -> dict[str, list[str]]:
+    """Attribute names as the parameters of sql/ingest/supersede.sql: exact names, and LIKE prefixes
+    for the names ending in " *" ("favourite *": every favourite)."""
+    exact = [n.lower() for n in names if not n.endswith("*")]
+    prefixes = [_like_escape(n[:-1].lower()) + "%" for n in names if n.endswith("*")]
+    return {"exact": exact, "prefixes": prefixes}
+
+
+def _like_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..core import validation
 from ..core.entities import EntityExtractor, RuleBasedExtractor, extract_attributes
-from ..core.text import content_hash, dedupe_names, indexed_term_counts
+from ..core.text import content_hash, dedupe_names, indexable_key, indexable_name, indexed_term_counts
 from ..core.types import MemoryRecord
 from ..errors import InputError
 
@@ -48,8 +48,10 @@ def coerce_record(raw: MemoryRecord | Mapping[str, Any], where: str) -> MemoryRe
     if "content" not in raw:
         raise InputError(f"{where}: missing required field 'content'")
     values = dict(raw)
+    if "tenant" in values:  # given: it must be a tenant (None or "" is an error, not the default tenant)
+        validation.tenant(values["tenant"], where)
     for name in ("importance", "created_at"):
-        if values.get(name) in (None, ""):
+        if values.get(name) is None or (isinstance(values[name], str) and values[name] == ""):
             values.pop(name, None)
     if values.get("pinned") is None:
         values.pop("pinned", None)
@@ -77,10 +79,12 @@ def prepare(raw: MemoryRecord | Mapping[str, Any], where: str, now: dt.datetime,
         entities = (rules.entity_extractor or RuleBasedExtractor()).extract(record.content, ())
         if speaker:
             entities = [speaker, *entities]
+        # Extracted names too long to be an index key are not entities (a run of capitalized words).
+        entities = [name for name in entities if indexable_name(name)]
     else:
         entities = validation.entity_names(record.entities, where)
     if record.attributes is None:
-        attributes = list(extract_attributes(record.content, speaker=speaker))
+        attributes = [a for a in extract_attributes(record.content, speaker=speaker) if indexable_key(a[0])]
     else:
         attributes = validation.attribute_triples(record.attributes, where)
     key = f"ext:{record.external_id}" if record.external_id else f"sha256:{content_hash(record.content)}"
@@ -93,17 +97,18 @@ def prepare(raw: MemoryRecord | Mapping[str, Any], where: str, now: dt.datetime,
 def _validated(record: MemoryRecord, where: str, now: dt.datetime, rules: RecordRules) -> MemoryRecord:
     """The record with every field checked and normalized in place (tenant and type defaulted)."""
     record.content = validation.clean_text(record.content, "content", where, rules.max_chars)
-    tenant = record.tenant if record.tenant not in (None, "") else rules.default_tenant
-    record.tenant = validation.clean_text(tenant, "tenant", where, validation.MAX_TENANT_CHARS)
-    record.memory_type = validation.memory_type(record.memory_type or rules.default_type, rules.memory_types, where)
+    # Omitted (None): the defaults. Given, they are checked: "" is no tenant and no memory type.
+    record.tenant = validation.tenant(record.tenant if record.tenant is not None else rules.default_tenant, where)
+    kind = record.memory_type if record.memory_type is not None else rules.default_type
+    record.memory_type = validation.memory_type(kind, rules.memory_types, where)
     record.metadata = validation.metadata(record.metadata, where)
     record.importance = validation.importance(record.importance, where)
     validation.pinned(record.pinned, where)
     record.created_at = validation.created_at(record.created_at, where, now)
+    if record.valid_from is not None:
+        record.valid_from = validation.moment(record.valid_from, "valid_from", where)
     if record.external_id is not None:
-        record.external_id = validation.clean_text(
-            str(record.external_id), "external_id", where, validation.MAX_FIELD_CHARS
-        )
+        record.external_id = validation.external_id(record.external_id, where)
     if record.embedding is not None:
         record.embedding = validation.vector(record.embedding, rules.dim, f"{where}: embedding")
     if isinstance(record.context, str) and not record.context.strip():

@@ -13,6 +13,7 @@ CREATE TEMP TABLE IF NOT EXISTS stage_memories (
     importance real NOT NULL,
     pinned boolean NOT NULL,
     created_at timestamptz NOT NULL,
+    valid_from timestamptz,       -- NULL: created_at
     embedding vector(384) NOT NULL,
     doc_len integer NOT NULL,
     terms text[] NOT NULL,        -- distinct BM25 terms

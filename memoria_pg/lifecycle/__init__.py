@@ -1,0 +1,85 @@
+"""The lifecycle wing: memories read, corrected, invalidated, deleted, forgotten and erased, each
+operation one transaction that keeps every derived statistic exact (migration 0010's functions)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..core import validation
+from ..core.embedding import Embedder
+from ..core.types import ForgetResult, HistoryEvent, Memory
+from ..db import Database, schema_current
+from ..errors import InputError
+from ..ingest import Ingestor
+from . import changes, reads, removal
+from .changes import MISSING, Change
+
+
+class Lifecycle:
+    """What MemorySystem's get/update/delete/forget/erase_tenant/history/invalidate call."""
+
+    def __init__(self, db: Database, ingestor: Ingestor, embedder: Embedder, *, graph: bool) -> None:
+        self.db = db
+        self.ingestor = ingestor
+        self.embedder = embedder
+        self.graph = graph
+
+    def get(self, memory_id: int | None, external_id: str | None, tenant: str) -> Memory:
+        if (memory_id is None) == (external_id is None):
+            raise InputError("give either a memory id or external_id=")
+        if memory_id is not None:
+            validation.memory_id(memory_id)
+        with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
+            return reads.fetch(conn, memory_id, None if external_id is None else str(external_id))
+
+    def page(self, tenant: str, *, memory_type: str | None, where: dict[str, Any] | None, after: int,
+             limit: int) -> list[Memory]:  # fmt: skip
+        with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
+            return reads.page(conn, memory_type=memory_type, where=where, after=after, limit=limit)
+
+    def update(self, memory_id: int, tenant: str, fields: Mapping[str, Any],
+               embedding: Sequence[float] | np.ndarray | None) -> Memory:  # fmt: skip
+        validation.memory_id(memory_id)
+        change = Change(changes.change_of(fields, self.ingestor.memory_types), embedding)
+        with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
+            changes.update(conn, memory_id, change, self.ingestor, self.embedder)
+            return reads.fetch(conn, memory_id)
+
+    def set_validity(self, memory_id: int, tenant: str, valid_to: dt.datetime | None) -> Memory:
+        validation.memory_id(memory_id)
+        with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
+            changes.set_validity(conn, memory_id, valid_to)
+            return reads.fetch(conn, memory_id)
+
+    def delete(self, memory_ids: int | Iterable[int], tenant: str) -> int:
+        ids = [memory_ids] if isinstance(memory_ids, int) else list(memory_ids)
+        ids = sorted({validation.memory_id(i) for i in ids})
+        with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
+            return removal.delete(conn, ids, graph=self.graph)
+
+    def forget(self, tenant: str, *, memory_type: str | None, before: Any, where: dict[str, Any] | None,
+               dry_run: bool) -> ForgetResult:  # fmt: skip
+        if memory_type is None and before is None and where is None:
+            raise InputError("forget needs a filter (memory_type, before or where); "
+                                        "to remove every memory of a tenant use erase_tenant")  # fmt: skip
+        validation.memory_type(memory_type, self.ingestor.memory_types)
+        with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
+            ids = removal.matching(conn, memory_type=memory_type, before=before, where=where)
+            deleted = 0 if dry_run else removal.delete(conn, ids, graph=self.graph)
+        return ForgetResult(matched=len(ids), deleted=deleted, ids=ids)
+
+    def erase(self, tenant: str) -> dict[str, int]:
+        with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
+            return removal.erase(conn, graph=self.graph)
+
+    def history(self, memory_id: int, tenant: str) -> list[HistoryEvent]:
+        validation.memory_id(memory_id)
+        with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
+            return reads.history(conn, memory_id)
+
+
+__all__ = ["MISSING", "Lifecycle"]
