@@ -7,11 +7,31 @@ submodules are internal and may move between releases.
 from .config import DEFAULT_MEMORY_TYPES, Config
 from .core.embedding import Embedder, HashEmbedder, SentenceTransformerEmbedder, embed_memories
 from .core.text import indexed_tokens, normalize, tokenize
-from .core.types import CandidateRecord, MemoryRecord, ProcessedQuery, Route, SourceHit, StoreResult
+from .core.types import (
+    CandidateRecord,
+    ForgetResult,
+    HistoryEvent,
+    Memory,
+    MemoryRecord,
+    ProcessedQuery,
+    Route,
+    SourceHit,
+    StoreResult,
+    Validity,
+)
 from .db import load_sql, sql_dir
 from .db.embedded import start as start_embedded_server
 from .db.embedded import stop as stop_embedded_server
-from .errors import ConfigError, ExtensionMissing, InputError, MemoriaError, PoolTimeout, SchemaError, ServerError
+from .errors import (
+    ConfigError,
+    ExtensionMissing,
+    InputError,
+    MemoriaError,
+    NotFound,
+    PoolTimeout,
+    SchemaError,
+    ServerError,
+)
 from .plugins import PluginRegistry
 from .query import QueryPipeline, QueryRequest, QueryResponse, Retrieval
 from .query.diagnostics import Diagnostics
@@ -33,12 +53,16 @@ __all__ = [
     "Diagnostics",
     "Embedder",
     "ExtensionMissing",
+    "ForgetResult",
     "FusionWeights",
     "HashEmbedder",
+    "HistoryEvent",
     "InputError",
     "MemoriaError",
+    "Memory",
     "MemoryRecord",
     "MemorySystem",
+    "NotFound",
     "PluginRegistry",
     "PoolTimeout",
     "Preset",
@@ -58,6 +82,7 @@ __all__ = [
     "ServerError",
     "SourceHit",
     "StoreResult",
+    "Validity",
     "Worker",
     "WorkerContext",
     "WorkerRegistry",

@@ -275,6 +275,8 @@ class MemorySystem:
         ranking: bool | None = None,
         v4: bool | None = None,
         trace: bool | None = None,
+        as_of: Any = None,
+        include_invalid: bool = False,
     ) -> QueryResponse:
         """Retrieve memories for `text` through the V4 path (or V3 when disabled)."""
         cfg = self.config
@@ -288,6 +290,8 @@ class MemorySystem:
             ranking=cfg.enable_ranking if ranking is None else ranking,
             v4=cfg.enable_v4 if v4 is None else v4,
             trace=cfg.enable_tracing if trace is None else trace,
+            as_of=None if as_of is None else validation.moment(as_of, "as_of"),
+            include_invalid=bool(include_invalid),
         )
         return self.pipeline.run(request)
 

@@ -9,6 +9,8 @@
 --            sources whose score is a distance or a hop count. Raw scores of different sources are
 --            not comparable; normalized within each list they are.
 --   'rrf':   sum over sources of weight / (rrf_k + rank) for ranks <= %(depth)s.
+-- Validity (migration 0010): memories invalidated by the query time (%(as_of)s, or now) are left out,
+-- and with %(as_of)s those that did not hold yet; %(include_invalid)s keeps every one.
 WITH hits AS (
     SELECT h.*
     FROM unnest(%(ids)s::bigint[], %(types)s::text[], %(sources)s::text[], %(ranks)s::int[],
@@ -47,11 +49,14 @@ WITH hits AS (
 SELECT c.memory_id, c.sources, c.scores, c.ranks, c.retrieval_score,
        m.tenant, m.memory_type, m.content, m.metadata,
        m.importance::text AS importance,  -- as printed: the result is fetched in binary (candidates.py)
-       m.created_at,
+       m.created_at, m.external_id,
        a.last_accessed_at, coalesce(a.access_count, 0) AS access_count, m.embedding
 FROM capped c
 JOIN memoria.memories m ON m.id = c.memory_id AND m.memory_type = c.memory_type
 LEFT JOIN memoria.memory_access a ON a.memory_id = c.memory_id  -- no row: never returned by a ranked query
 WHERE m.tenant = current_setting('memoria.tenant')
   AND m.id = ANY(%(ids)s::bigint[])  -- lets the planner probe each shard's id index with the whole list
+  AND (%(include_invalid)s::boolean
+       OR ((m.valid_to IS NULL OR m.valid_to > coalesce(%(as_of)s::timestamptz, now()))
+           AND (%(as_of)s::timestamptz IS NULL OR coalesce(m.valid_from, m.created_at) <= %(as_of)s::timestamptz)))
 ORDER BY c.retrieval_score DESC, c.distance ASC NULLS LAST, c.memory_id

@@ -16,6 +16,16 @@ STOPWORDS = frozenset(
     those to was we were what when where which who whom why will with would you your""".split()
 )
 
+# Index entries are bounded: a b-tree entry holds at most 2,704 bytes, beside the tenant (at most 200
+# characters, 800 bytes). Every text that is part of an index key beside the tenant (a BM25 term, an
+# entity's normalized name, an attribute's subject, an external id) is bounded by MAX_KEY_BYTES.
+MAX_KEY_BYTES = 1000
+# A BM25 term keeps its first MAX_TERM_CHARS characters (at most 800 bytes): a longer run of letters
+# without spaces or punctuation (a hex blob, a DNA sequence, CJK text) is one term, cut at this length,
+# the same way in a memory and in a query, so the same run still matches itself.
+MAX_TERM_CHARS = 200
+MAX_NAME_CHARS = 200  # an entity name, after normalization (normalize_entity)
+
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 _WS = re.compile(r"\s+")
 _POSSESSIVE = re.compile(r"'s(?=\s|$)")
@@ -42,7 +52,7 @@ def tokenize(text: str) -> list[str]:
     # Possessive 's before any whitespace or the end: ingestion tokenizes raw content, queries
     # their normalized text, and both must give "boss's\nbook" and "boss's book" the same tokens.
     folded = _POSSESSIVE.sub(" ", folded).replace("'", "")
-    return [_stem(t) for t in _TOKEN.findall(folded) if t not in STOPWORDS]
+    return [_stem(t)[:MAX_TERM_CHARS] for t in _TOKEN.findall(folded) if t not in STOPWORDS]
 
 
 # A memory stored with a context (the turns before it in a conversation, a document's title...) is
@@ -85,3 +95,15 @@ def dedupe_names(names: Iterable[str]) -> list[str]:
         if clean and normalize_entity(clean) not in seen:
             seen[normalize_entity(clean)] = clean
     return list(seen.values())
+
+
+def indexable_key(text: str) -> bool:
+    """Whether `text` fits an index key beside the tenant (at most MAX_KEY_BYTES in UTF-8)."""
+    return len(text) * 4 <= MAX_KEY_BYTES or len(text.encode("utf-8")) <= MAX_KEY_BYTES
+
+
+def indexable_name(name: str) -> bool:
+    """Whether an entity name can be stored: its key (normalize_entity) is at most MAX_NAME_CHARS
+    characters and MAX_KEY_BYTES bytes (NFKC may lengthen a name: one character can become 18)."""
+    key = normalize_entity(name)
+    return len(key) <= MAX_NAME_CHARS and indexable_key(key)

@@ -10,6 +10,17 @@ from typing import Any
 import numpy as np
 
 
+@dataclass(frozen=True)
+class Validity:
+    """Which memories a query sees: those valid at `as_of` (None: now), or all with include_invalid."""
+
+    as_of: dt.datetime | None = None
+    include_invalid: bool = False
+
+
+VALID_NOW = Validity()  # the default: what holds now
+
+
 @dataclass
 class ProcessedQuery:
     """QueryProcessor's output: what every downstream stage reads."""
@@ -24,6 +35,7 @@ class ProcessedQuery:
     subject: str | None = None
     attribute: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    validity: Validity = field(default_factory=Validity)  # the query time (as_of), whether invalid ones count
 
 
 @dataclass(frozen=True)

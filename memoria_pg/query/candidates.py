@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import psycopg
 from psycopg.rows import dict_row
+from psycopg.types.datetime import TimestamptzBinaryLoader
 
-from ..core.types import CandidateRecord, SourceHit
+from ..core.types import VALID_NOW, CandidateRecord, SourceHit, Validity
 from ..db import load_sql, schema_current
 from .workers import WorkerRegistry
 
@@ -23,11 +26,15 @@ def final_cte_params(
     depth: int,
     method: str = "score",
     weights: Mapping[str, float] | None = None,
+    validity: Validity = VALID_NOW,
 ) -> dict[str, Any]:
     """The final CTE's parameters: every hit as parallel arrays, and each source's weight and
     score direction as the registry declares them (`weights` overrides the declared ones)."""
     weights = dict(registry.weights(method) if weights is None else weights)
-    rows = [h for source_hits in hits.values() for h in source_hits]
+    # A hit without a finite score (a NaN distance from a stored vector of zero norm) would make every
+    # fused score NaN: it is left out.
+    finite = [h for source_hits in hits.values() for h in source_hits]
+    rows = [h for h in finite if math.isfinite(registry.source(h.source).fused_score(h))]
     return {
         "ids": [h.memory_id for h in rows],
         "types": [h.memory_type for h in rows],
@@ -41,6 +48,8 @@ def final_cte_params(
         "cap": cap,
         "method": method,
         "lower_better": registry.lower_is_better(),
+        "as_of": validity.as_of,
+        "include_invalid": validity.include_invalid,
     }
 
 
@@ -52,9 +61,10 @@ def candidate_statement(
     rrf_k: int,
     depth: int,
     method: str = "score",
+    validity: Validity = VALID_NOW,
 ) -> tuple[str, dict[str, Any]]:
     """The final CTE (sql/final_candidates.sql) and its parameters for these hits."""
-    params = final_cte_params(hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method)
+    params = final_cte_params(hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity)
     return load_sql("final_candidates"), params
 
 
@@ -67,17 +77,21 @@ def build_candidates(
     rrf_k: int,
     depth: int,
     method: str = "score",
+    validity: Validity = VALID_NOW,
 ) -> list[CandidateRecord]:
     """Merge, deduplicate, fuse (`method`: "score" or "rrf"), cap and fetch in one statement; every
-    candidate keeps its per-source scores."""
+    candidate keeps its per-source scores. Memories not valid at the query time are left out."""
     if not any(hits.values()):
         return []
-    statement, params = candidate_statement(hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method)
+    statement, params = candidate_statement(
+        hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity
+    )
     details = {(h.source, h.memory_id): h.detail for source_hits in hits.values() for h in source_hits}
     # Binary results: 200 embeddings arrive as raw float32 instead of 76,800 numbers printed and
     # parsed back (the text parse was most of this statement's time). Same values: the SQL sends
     # `importance` as text, because a binary real is its float32 value, not the decimal it prints.
     with conn.cursor(row_factory=dict_row, binary=True) as cur, schema_current():
+        cur.adapters.register_loader("timestamptz", ReadableTimeLoader)  # this cursor only
         rows = cur.execute(statement, params).fetchall()
     names = registry.score_names()
     return [_candidate(row, details, names) for row in rows]
@@ -107,12 +121,27 @@ def _candidate(
         created_at=row["created_at"],
         last_accessed_at=row["last_accessed_at"],
         access_count=int(row["access_count"]),
+        external_id=row["external_id"],
         embedding=_vector(embedding),
         sources=list(row["sources"]),
         scores=scores,
         base_score=base,
         retrieval_score=float(row["retrieval_score"]),
     )
+
+
+class ReadableTimeLoader(TimestamptzBinaryLoader):
+    """A stored time that a datetime cannot hold in the session's time zone (before the year 1 or after
+    9999, as versions before this one could store) reads as the nearest one it can, so that one such
+    memory cannot fail every query whose candidates include it. Validation keeps new times inside."""
+
+    def load(self, data: Any) -> dt.datetime:
+        try:
+            value: dt.datetime = super().load(data)
+        except psycopg.DataError:
+            micros = int.from_bytes(bytes(data), "big", signed=True)  # since 2000-01-01 UTC
+            return (dt.datetime.min if micros < 0 else dt.datetime.max).replace(tzinfo=dt.UTC)
+        return value
 
 
 def _vector(value: Any) -> np.ndarray | None:
@@ -135,4 +164,20 @@ def retrieval_order(candidates: list[CandidateRecord]) -> list[CandidateRecord]:
     """Retrieval-only mode: the retrieval score, falling back to inverse distance."""
     for c in candidates:
         c.final_score = c.retrieval_score if c.retrieval_score > 0 else c.base_score * 1e-3
+    return sorted(candidates, key=lambda c: (-c.final_score, -c.base_score, c.memory_id))
+
+
+def prefer_current_facts(candidates: list[CandidateRecord]) -> list[CandidateRecord]:
+    """For a question about a subject's attribute: a memory whose fact was superseded at the query
+    time (the attribute worker's `current` 0) ranks just below the best memory whose fact held then,
+    if it ranked above it. Supersession decides what is current; retrieval still decides the rest."""
+    current = [c for c in candidates if c.scores.get("attribute_current") == 1.0]
+    stale = [c for c in candidates if c.scores.get("attribute_current") == 0.0]
+    if not current or not stale:
+        return candidates
+    best = max(current, key=lambda c: (c.final_score, c.base_score))
+    for c in stale:
+        if (c.final_score, c.base_score) >= (best.final_score, best.base_score):
+            c.final_score = c.retrieval_score = best.final_score - 1e-9
+            c.base_score = min(c.base_score, best.base_score)
     return sorted(candidates, key=lambda c: (-c.final_score, -c.base_score, c.memory_id))

@@ -10,6 +10,7 @@ collaborator is handed in by MemorySystem; each stage is a method a caller may r
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,10 +21,10 @@ import numpy as np
 from ..config import Config
 from ..core import validation
 from ..core.embedding import QueryEmbedder
-from ..core.types import CandidateRecord, ProcessedQuery, Route, SourceHit
+from ..core.types import VALID_NOW, CandidateRecord, ProcessedQuery, Route, SourceHit, Validity
 from ..db import Database, load_sql, schema_current
 from ..ranking import RankingStage
-from .candidates import build_candidates, candidate_statement, filter_by_type, retrieval_order
+from .candidates import build_candidates, candidate_statement, filter_by_type, prefer_current_facts, retrieval_order
 from .diagnostics import Diagnostics
 from .processor import EntityLookup, QueryProcessor, table_lookup
 from .relevance import relevance_pool
@@ -50,6 +51,8 @@ class QueryRequest:
     ranking: bool = True
     v4: bool = True
     trace: bool = False
+    as_of: dt.datetime | None = None  # answer as of this time (None: now)
+    include_invalid: bool = False  # also memories invalidated by then
 
 
 @dataclass
@@ -114,6 +117,7 @@ class QueryPipeline:
             processor = self.processor_factory(self.memory_types, table_lookup(conn))
             query = processor.process(request.text, tenant=request.tenant, memory_type=request.memory_type)
             rows = tenant_rows(conn)
+        query.validity = Validity(request.as_of, request.include_invalid)
         diag.query_processing_ms = _ms(t0)
         return query, rows
 
@@ -149,7 +153,8 @@ class QueryPipeline:
         hits.update(self.run_workers(names, ctx, diag))
         diag.worker_hits = {k: len(v) for k, v in hits.items()}
         diag.retrieval_ms = _ms(t0)
-        candidates = retrieval_order(self.candidates(hits, query.tenant, diag))
+        candidates = retrieval_order(self.candidates(hits, query.tenant, diag, query.validity))
+        candidates = prefer_current_facts(candidates)
         candidates = self.cross_encode(query, candidates, diag)
         candidates, diag.type_filter_applied = filter_by_type(candidates, query.memory_type_hint)
         return Retrieval(query, route, candidates, diag.submitted_sources)
@@ -188,6 +193,7 @@ class QueryPipeline:
             config=cfg,
             graph_backend=self.graph_backend,
             tenant_rows=rows,
+            as_of=query.validity.as_of,
         )
 
     def relevance(
@@ -222,7 +228,11 @@ class QueryPipeline:
         return result.hits
 
     def candidates(
-        self, hits: Mapping[str, Sequence[SourceHit]], tenant: str, diag: Diagnostics
+        self,
+        hits: Mapping[str, Sequence[SourceHit]],
+        tenant: str,
+        diag: Diagnostics,
+        validity: Validity = VALID_NOW,
     ) -> list[CandidateRecord]:
         """Merge, dedup, fuse, cap and fetch in the final CTE (on its cached generic plan)."""
         cfg = self.config
@@ -236,12 +246,15 @@ class QueryPipeline:
                 rrf_k=cfg.rrf_k,
                 depth=cfg.rrf_depth,
                 method=cfg.fusion_method,
+                validity=validity,
             )
         diag.database_ms = _ms(t0)
         diag.candidate_count = len(candidates)
         return candidates
 
-    def candidate_statement(self, hits: Mapping[str, Sequence[SourceHit]]) -> tuple[str, dict[str, Any]]:
+    def candidate_statement(
+        self, hits: Mapping[str, Sequence[SourceHit]], validity: Validity = VALID_NOW
+    ) -> tuple[str, dict[str, Any]]:
         """The final CTE and its parameters as `candidates` runs them (for EXPLAIN)."""
         cfg = self.config
         return candidate_statement(
@@ -251,6 +264,7 @@ class QueryPipeline:
             rrf_k=cfg.rrf_k,
             depth=cfg.rrf_depth,
             method=cfg.fusion_method,
+            validity=validity,
         )
 
     def cross_encode(
@@ -281,6 +295,7 @@ class QueryPipeline:
             graph_depth=0,
             config=cfg,
             tenant_rows=rows,
+            as_of=query.validity.as_of,
         )
         t0 = time.perf_counter()
         with self.db.transaction(query.tenant) as conn:
@@ -295,6 +310,7 @@ class QueryPipeline:
                 rrf_k=cfg.rrf_k,
                 depth=cfg.rrf_depth,
                 method=cfg.fusion_method,
+                validity=query.validity,
             )
             diag.database_ms = _ms(t1)
         diag.submitted_sources = ["vector"]

@@ -92,8 +92,8 @@ def graph_hit(candidate: CandidateRecord, ctx: SignalContext) -> float:
 
 def attribute_hit(candidate: CandidateRecord, ctx: SignalContext) -> float:
     """1 - attribute distance (trigram distance in [0, 1]) when the attribute worker found it."""
-    if "attribute" not in candidate.sources:
-        return 0.0
+    if "attribute" not in candidate.sources or candidate.scores.get("attribute_current") == 0.0:
+        return 0.0  # not found, or its fact was superseded at the query time
     return _clamp(1.0 - candidate.scores.get("attribute_distance", 0.0))
 
 

@@ -6,7 +6,9 @@
 -- distance (0 = exact), computed on the subject's rows only.
 SELECT a.memory_id, a.memory_type,
        min(lower(a.attribute) <-> lower(%(attribute)s)) AS distance,
-       (array_agg(a.value ORDER BY lower(a.attribute) <-> lower(%(attribute)s), a.id))[1] AS value
+       (array_agg(a.value ORDER BY lower(a.attribute) <-> lower(%(attribute)s), a.id))[1] AS value,
+       -- whether one of the facts still held at the query time (no newer fact superseded it: 0010)
+       bool_or(a.valid_to IS NULL OR a.valid_to > coalesce(%(valid_at)s::timestamptz, now())) AS current
 FROM memoria.memory_attributes a
 WHERE a.tenant = current_setting('memoria.tenant')
   AND a.subject_lower = lower(%(subject)s)

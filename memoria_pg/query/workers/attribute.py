@@ -24,6 +24,7 @@ class AttributeWorker(Worker):
         return {
             "subject": ctx.query.subject,
             "attribute": ctx.query.attribute,
+            "valid_at": ctx.as_of,
             "memory_type": shard.memory_type,
             "limit": ctx.limit,
         }
@@ -32,4 +33,4 @@ class AttributeWorker(Worker):
         return float(row["distance"])
 
     def detail(self, row: dict[str, Any]) -> dict[str, Any]:
-        return {"value": row["value"]}
+        return {"value": row["value"], "current": 1.0 if row["current"] else 0.0}

@@ -3,6 +3,7 @@ and turning rows into SourceHits."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -59,6 +60,7 @@ class WorkerContext:
     # The tenant's memories per memory type (read with the query's entity lookup), or None: a
     # worker that needs them reads them itself.
     tenant_rows: Mapping[str, int] | None = None
+    as_of: dt.datetime | None = None  # the query time facts are valid at (None: now)
 
     @property
     def shard_types(self) -> list[str] | None:
