@@ -81,10 +81,22 @@ def score_beir(dataset: Dataset, run: Run) -> dict[str, dict[str, float]]:
     return {ALL: {**values, "queries": len(dataset.queries)}}
 
 
+KNOWLEDGE_UPDATE = "knowledge-update"  # LongMemEval's question type about facts that changed
+
+
 def score_longmemeval(dataset: Dataset, run: Run) -> dict[str, dict[str, float]]:
     """Turn recall_any@k (LongMemEval's convention: a has_answer turn among the top k; ranx hit_rate),
-    turn recall@k (the share of has_answer turns found), and all answer sessions among the top k."""
-    with_turns = [q for q in dataset.queries if q.relevant]
+    turn recall@k (the share of has_answer turns found), and all answer sessions among the top k; for
+    every question, and for the knowledge-update questions on their own (the lifecycle's concern)."""
+    scores = {ALL: _longmemeval_values(dataset.queries, run)}
+    updates = [q for q in dataset.queries if q.group == KNOWLEDGE_UPDATE]
+    if updates:
+        scores[KNOWLEDGE_UPDATE] = _longmemeval_values(updates, run)
+    return scores
+
+
+def _longmemeval_values(queries: list[Query], run: Run) -> dict[str, float]:
+    with_turns = [q for q in queries if q.relevant]
     ks = LONGMEMEVAL_KS
     turns = ranx_means(with_turns, run, [f"hit_rate@{k}" for k in ks] + [f"recall@{k}" for k in ks])
     values: dict[str, float] = {}
@@ -93,10 +105,10 @@ def score_longmemeval(dataset: Dataset, run: Run) -> dict[str, dict[str, float]]
     for k in ks:
         values[f"turn_recall@{k}"] = turns[f"recall@{k}"]
     for k in ks:
-        values[f"all_sessions@{k}"] = all_sessions_in_top(dataset.queries, run, k)
-    values["queries"] = len(dataset.queries)
+        values[f"all_sessions@{k}"] = all_sessions_in_top(queries, run, k)
+    values["queries"] = len(queries)
     values["queries_with_turns"] = len(with_turns)
-    return {ALL: values}
+    return values
 
 
 SCORERS: dict[str, Callable[[Dataset, Run], dict[str, dict[str, float]]]] = {

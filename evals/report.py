@@ -37,6 +37,8 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         (ALL, "turn_recall@10", "turn R@10"),
         (ALL, "all_sessions@5", "all sessions in top 5"),
         (ALL, "all_sessions@10", "all sessions in top 10"),
+        ("knowledge-update", "turn_recall_any@5", "knowledge-update turn R_any@5"),
+        ("knowledge-update", "all_sessions@5", "knowledge-update all sessions in top 5"),
     ],
 }
 MAIN_HEADERS = {
