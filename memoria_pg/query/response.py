@@ -56,6 +56,7 @@ def memory_dict(c: CandidateRecord) -> dict[str, Any]:
     """A returned memory as JSON-ready data."""
     return {
         "id": c.memory_id,
+        "external_id": c.external_id,
         "memory_type": c.memory_type,
         "content": c.content,
         "metadata": c.metadata,

@@ -58,16 +58,21 @@ COMMENT ON COLUMN memoria.memories.valid_from IS 'when the memory starts to hold
 COMMENT ON COLUMN memoria.memories.valid_to IS 'when it stopped holding (invalidated); NULL: it holds';
 COMMENT ON COLUMN memoria.memory_attributes.valid_to IS 'when a newer fact of the same subject and attribute started';
 COMMENT ON COLUMN memoria.memory_attributes.superseded_by IS 'the memory (memories.id) of that newer fact';
+-- Since 0009 memoria_app holds INSERT and UPDATE on these tables column by column (never on `id`).
+GRANT INSERT (valid_from, valid_to), UPDATE (valid_from, valid_to) ON memoria.memories TO memoria_app;
+GRANT INSERT (valid_from, valid_to, superseded_by), UPDATE (valid_from, valid_to, superseded_by)
+    ON memoria.memory_attributes TO memoria_app;
 """
 
 HISTORY = """
 CREATE TABLE memoria.memory_history (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id bigint GENERATED ALWAYS AS IDENTITY,
     tenant text NOT NULL,
     memory_id bigint NOT NULL,
     event text NOT NULL CHECK (event IN ('stored', 'updated', 'invalidated', 'restored', 'deleted')),
     at timestamptz NOT NULL DEFAULT now(),
-    detail jsonb NOT NULL DEFAULT '{}'::jsonb
+    detail jsonb NOT NULL DEFAULT '{}'::jsonb,
+    PRIMARY KEY (tenant, id)  -- every key of a tenant table includes the tenant (0009)
 );
 CREATE INDEX memory_history_memory ON memoria.memory_history (tenant, memory_id, id);
 ALTER TABLE memoria.memory_history ENABLE ROW LEVEL SECURITY;
@@ -75,7 +80,9 @@ ALTER TABLE memoria.memory_history FORCE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON memoria.memory_history
     USING (tenant = current_setting('memoria.tenant', true))
     WITH CHECK (tenant = current_setting('memoria.tenant', true));
-GRANT SELECT, INSERT, DELETE ON memoria.memory_history TO memoria_app;
+GRANT SELECT, DELETE ON memoria.memory_history TO memoria_app;
+-- not on id: OVERRIDING SYSTEM VALUE would let memoria_app choose one (0009)
+GRANT INSERT (tenant, memory_id, event, at, detail) ON memoria.memory_history TO memoria_app;
 """
 
 # Runs of equal values ordered by time; each run ends where the next one starts. Facts of other keys,
@@ -134,6 +141,12 @@ DECLARE
     ent_ids bigint[];
     key_subjects text[];
     key_attributes text[];
+    r_types text[];                   -- postings removed per (memory type, term): the df decrements
+    r_terms text[];
+    r_counts integer[];
+    p_src bigint[];                   -- co-occurrences removed per entity pair: the weight decrements
+    p_dst bigint[];
+    p_counts integer[];
 BEGIN
     SELECT coalesce(array_agg(m.id ORDER BY m.id), '{}') INTO ids
     FROM memoria.memories m WHERE m.id = ANY (memory_ids) AND m.tenant = v_tenant;
@@ -152,16 +165,19 @@ BEGIN
     WHERE d.tenant = v_tenant AND d.memory_type = g.memory_type;
     DELETE FROM memoria.bm25_docs d WHERE d.tenant = v_tenant AND d.n_docs <= 0;
 
-    CREATE TEMP TABLE IF NOT EXISTS removed_terms (memory_type text, term text, n integer) ON COMMIT DROP;
-    DELETE FROM removed_terms;
-    INSERT INTO removed_terms
-    SELECT t.memory_type, t.term, count(*) FROM memoria.memory_terms t
-    WHERE t.tenant = v_tenant AND t.memory_id = ANY (ids) GROUP BY t.memory_type, t.term;
-    PERFORM 1 FROM memoria.bm25_terms b JOIN removed_terms r ON r.memory_type = b.memory_type AND r.term = b.term
+    SELECT coalesce(array_agg(g.memory_type ORDER BY g.term, g.memory_type), '{}'),
+           coalesce(array_agg(g.term ORDER BY g.term, g.memory_type), '{}'),
+           coalesce(array_agg(g.n ORDER BY g.term, g.memory_type), '{}')
+    INTO r_types, r_terms, r_counts
+    FROM (SELECT t.memory_type, t.term, count(*)::integer AS n FROM memoria.memory_terms t
+          WHERE t.tenant = v_tenant AND t.memory_id = ANY (ids) GROUP BY t.memory_type, t.term) g;
+    PERFORM 1 FROM memoria.bm25_terms b JOIN unnest(r_types, r_terms) AS r(memory_type, term)
+        ON r.memory_type = b.memory_type AND r.term = b.term
     WHERE b.tenant = v_tenant ORDER BY b.term, b.memory_type FOR UPDATE OF b;
     UPDATE memoria.bm25_terms b SET df = b.df - r.n
-    FROM removed_terms r WHERE b.tenant = v_tenant AND b.memory_type = r.memory_type AND b.term = r.term;
-    DELETE FROM memoria.bm25_terms b USING removed_terms r
+    FROM unnest(r_types, r_terms, r_counts) AS r(memory_type, term, n)
+    WHERE b.tenant = v_tenant AND b.memory_type = r.memory_type AND b.term = r.term;
+    DELETE FROM memoria.bm25_terms b USING unnest(r_types, r_terms) AS r(memory_type, term)
     WHERE b.tenant = v_tenant AND b.memory_type = r.memory_type AND b.term = r.term AND b.df <= 0;
     DELETE FROM memoria.memory_terms t WHERE t.tenant = v_tenant AND t.memory_id = ANY (ids);
 
@@ -169,19 +185,23 @@ BEGIN
     SELECT coalesce(array_agg(DISTINCT me.entity_id), '{}') INTO ent_ids
     FROM memoria.memory_entities me WHERE me.tenant = v_tenant AND me.memory_id = ANY (ids);
     PERFORM 1 FROM memoria.entities e WHERE e.tenant = v_tenant AND e.id = ANY (ent_ids) ORDER BY e.norm_name FOR UPDATE;
-    CREATE TEMP TABLE IF NOT EXISTS removed_pairs (src_id bigint, dst_id bigint, n integer) ON COMMIT DROP;
-    DELETE FROM removed_pairs;
-    INSERT INTO removed_pairs
-    SELECT a.entity_id, b.entity_id, count(*)
-    FROM memoria.memory_entities a
-    JOIN memoria.memory_entities b ON b.memory_id = a.memory_id AND b.entity_id <> a.entity_id AND b.tenant = v_tenant
-    WHERE a.tenant = v_tenant AND a.memory_id = ANY (ids)
-    GROUP BY a.entity_id, b.entity_id;
-    PERFORM 1 FROM memoria.entity_edges ed JOIN removed_pairs p ON p.src_id = ed.src_id AND p.dst_id = ed.dst_id
+    SELECT coalesce(array_agg(g.src_id ORDER BY g.src_id, g.dst_id), '{}'),
+           coalesce(array_agg(g.dst_id ORDER BY g.src_id, g.dst_id), '{}'),
+           coalesce(array_agg(g.n ORDER BY g.src_id, g.dst_id), '{}')
+    INTO p_src, p_dst, p_counts
+    FROM (SELECT a.entity_id AS src_id, b.entity_id AS dst_id, count(*)::integer AS n
+          FROM memoria.memory_entities a
+          JOIN memoria.memory_entities b
+            ON b.memory_id = a.memory_id AND b.entity_id <> a.entity_id AND b.tenant = v_tenant
+          WHERE a.tenant = v_tenant AND a.memory_id = ANY (ids)
+          GROUP BY a.entity_id, b.entity_id) g;
+    PERFORM 1 FROM memoria.entity_edges ed JOIN unnest(p_src, p_dst) AS p(src_id, dst_id)
+        ON p.src_id = ed.src_id AND p.dst_id = ed.dst_id
     WHERE ed.tenant = v_tenant ORDER BY ed.src_id, ed.dst_id FOR UPDATE OF ed;
     UPDATE memoria.entity_edges ed SET weight = ed.weight - p.n
-    FROM removed_pairs p WHERE ed.tenant = v_tenant AND ed.src_id = p.src_id AND ed.dst_id = p.dst_id;
-    DELETE FROM memoria.entity_edges ed USING removed_pairs p
+    FROM unnest(p_src, p_dst, p_counts) AS p(src_id, dst_id, n)
+    WHERE ed.tenant = v_tenant AND ed.src_id = p.src_id AND ed.dst_id = p.dst_id;
+    DELETE FROM memoria.entity_edges ed USING unnest(p_src, p_dst) AS p(src_id, dst_id)
     WHERE ed.tenant = v_tenant AND ed.src_id = p.src_id AND ed.dst_id = p.dst_id AND ed.weight <= 0;
     DELETE FROM memoria.memory_entities me WHERE me.tenant = v_tenant AND me.memory_id = ANY (ids);
     DELETE FROM memoria.entities e
