@@ -16,8 +16,11 @@ FUNCTIONS = {
     "graph_sync": "SELECT memoria.graph_sync(%s::bigint[])",
     "graph_rebuild": "SELECT * FROM memoria.graph_rebuild()",
     "graph_counts": "SELECT * FROM memoria.graph_counts()",
+    "graph_forget": "SELECT memoria.graph_forget(%s::bigint[], %s::bigint[])",
+    "graph_erase": "SELECT memoria.graph_erase()",
 }
-ARGS = {"graph_walk": (["alice"],), "graph_sync": ([1, 2],), "graph_rebuild": (), "graph_counts": ()}
+ARGS = {"graph_walk": (["alice"],), "graph_sync": ([1, 2],), "graph_rebuild": (), "graph_counts": (),
+        "graph_forget": ([1, 2], [1]), "graph_erase": ()}  # fmt: skip
 NOT_SET = "memoria.tenant is not set"
 
 

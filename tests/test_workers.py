@@ -306,7 +306,7 @@ def test_attribute_exact_subject_and_attribute_have_distance_zero(system):
     hits = run(system, AttributeWorker(), processed("x", subject="Alice", attribute="favourite colour"))
     assert [h.memory_id for h in hits] == [alice]
     assert hits[0].score == 0.0
-    assert hits[0].detail == {"value": "blue"}
+    assert hits[0].detail == {"value": "blue", "current": 1.0}
     assert bob not in {h.memory_id for h in hits}
 
 

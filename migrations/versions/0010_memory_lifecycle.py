@@ -86,7 +86,9 @@ GRANT INSERT (tenant, memory_id, event, at, detail) ON memoria.memory_history TO
 """
 
 # Runs of equal values ordered by time; each run ends where the next one starts. Facts of other keys,
-# and facts whose end did not change, are not written.
+# and facts whose end did not change, are not written. Facts of the same time are ordered by their
+# memory's dedup key (its content hash or external id, not its id: the order does not depend on which
+# was stored first), then by their order in the memory.
 SUPERSEDE = r"""
 CREATE FUNCTION memoria.supersede(subjects text[], attributes text[]) RETURNS integer
 LANGUAGE plpgsql SECURITY INVOKER SET search_path = pg_catalog, pg_temp AS $fn$
@@ -97,7 +99,7 @@ BEGIN
     WITH keys AS (
         SELECT DISTINCT k.subject_lower, k.attribute FROM unnest(subjects, attributes) AS k(subject_lower, attribute)
     ), facts AS (
-        SELECT a.id, a.memory_id, a.subject_lower, a.attribute, pg_catalog.lower(a.value) AS v,
+        SELECT a.id, a.memory_id, m.dedup_key, a.subject_lower, a.attribute, pg_catalog.lower(a.value) AS v,
                coalesce(a.valid_from, m.valid_from, m.created_at) AS t
         FROM keys k
         JOIN memoria.memory_attributes a
@@ -105,14 +107,14 @@ BEGIN
         JOIN memoria.memories m ON m.id = a.memory_id AND m.memory_type = a.memory_type AND m.tenant = v_tenant
     ), starts AS (
         SELECT f.*, CASE WHEN f.v IS DISTINCT FROM lag(f.v) OVER w THEN 1 ELSE 0 END AS starts_run
-        FROM facts f WINDOW w AS (PARTITION BY f.subject_lower, f.attribute ORDER BY f.t, f.memory_id, f.id)
+        FROM facts f WINDOW w AS (PARTITION BY f.subject_lower, f.attribute ORDER BY f.t, f.dedup_key, f.id)
     ), runs AS (
         SELECT s.*, sum(s.starts_run) OVER (PARTITION BY s.subject_lower, s.attribute
-                                            ORDER BY s.t, s.memory_id, s.id) AS run
+                                            ORDER BY s.t, s.dedup_key, s.id) AS run
         FROM starts s
     ), run_starts AS (
         SELECT r.subject_lower, r.attribute, r.run, min(r.t) AS start_t,
-               (array_agg(r.memory_id ORDER BY r.t, r.memory_id, r.id))[1] AS first_memory
+               (array_agg(r.memory_id ORDER BY r.t, r.dedup_key, r.id))[1] AS first_memory
         FROM runs r GROUP BY r.subject_lower, r.attribute, r.run
     ), ends AS (
         SELECT r.id, n.start_t AS valid_to, n.first_memory AS superseded_by
@@ -222,6 +224,31 @@ BEGIN
     RETURN ent_ids;
 END
 $fn$;
+"""
+
+# Facts stored before this revision: superseded by the library's default list of single-valued
+# attributes (Config.single_valued_attributes as of this revision, written out: a migration stays what
+# it was). A deployment with its own list re-runs memoria.supersede for its keys.
+BACKFILL = r"""
+DO $do$
+DECLARE
+    v_tenant text;
+    subs text[];
+    attrs text[];
+BEGIN
+    FOR v_tenant IN SELECT DISTINCT a.tenant FROM memoria.memory_attributes a ORDER BY 1 LOOP
+        PERFORM pg_catalog.set_config('memoria.tenant', v_tenant, true);
+        SELECT coalesce(array_agg(k.subject_lower), '{}'), coalesce(array_agg(k.attribute), '{}') INTO subs, attrs
+        FROM (SELECT DISTINCT a.subject_lower, a.attribute FROM memoria.memory_attributes a
+              WHERE a.tenant = v_tenant
+                AND (a.attribute IN ('location', 'employer', 'occupation', 'age', 'spouse', 'partner', 'boss',
+                                     'manager', 'address', 'phone number', 'email')
+                     OR a.attribute LIKE 'favourite %')) k;
+        PERFORM memoria.supersede(subs, attrs);
+    END LOOP;
+    PERFORM pg_catalog.set_config('memoria.tenant', '', true);
+END
+$do$;
 """
 
 GRAPH_DEFINER = """
@@ -363,6 +390,7 @@ def upgrade() -> None:
         op.execute(f"REVOKE ALL ON FUNCTION {signature} FROM PUBLIC")
         op.execute(f"GRANT EXECUTE ON FUNCTION {signature} TO {APP_ROLE}")
     op.execute(_add_memory_type_0008().replace(OLD_COLUMNS, NEW_COLUMNS))
+    op.execute(BACKFILL)
     if _graph_exists():
         op.execute(GRAPH_FORGET)
         op.execute(GRAPH_ERASE)
