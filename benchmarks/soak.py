@@ -1,13 +1,21 @@
-"""Soak test: 8 query clients and 2 writers share one MemorySystem for a given duration.
+"""Soak test: 8 query clients and 2 writers share one MemorySystem for a given duration, then the
+cancel race: short deadlines under a small pool, with ingest beside it.
 
 It loads a synthetic corpus (benchmarks/corpus.py, HashEmbedder vectors supplied, so no model runs),
 then runs the clients and writers concurrently and reports, per 5-second window, the operations, the
-errors and the latency percentiles of queries and writes. At the end it checks that every write the
-library acknowledged (an id returned by store/store_many) is in the database and that no row exists
-that was not acknowledged. Exit status 1 when there was any error or lost write, 0 otherwise.
+errors and the latency percentiles of queries and writes. The cancel race (issue 15, point 1) follows
+on the same database: a second MemorySystem whose retrieval deadline (--race-deadline-ms, 40) cancels
+workers all the time, on a pool (--race-pool, 4) too small for its query clients (--race-clients, 6)
+and a writer, so that connections a cancel was meant for are wanted by other callers at once. A
+cancel that reached another caller's statement shows as a query or a write failing with
+QueryCanceled, or a worker failed by a cancel request; any of them is an error of the run (a worker
+`pending` at the deadline, or `failed` with PoolTimeout on the small pool, is not). At the end it
+checks that every write the library acknowledged (an id returned by store/store_many) is in the
+database and that no row exists that was not acknowledged. Exit status 1 when there was any error or
+lost write, 0 otherwise.
 
-    python benchmarks/soak.py --n 100000 --duration 600   # the full run
-    python benchmarks/soak.py --ci                         # 2k memories for 20 s (the test suite runs it)
+    python benchmarks/soak.py --n 100000 --duration 600   # the full run (then a 60 s cancel race)
+    python benchmarks/soak.py --ci                         # 2k memories for 20 s, a 15 s race (the tests run it)
 
 Loopback only: the DSN must name 127.0.0.1, ::1, localhost or a Unix socket. The database (--db-name)
 is dropped and created, and dropped again at the end unless --keep.
@@ -138,6 +146,7 @@ def query_client(
                     "query",
                     time.perf_counter() - start,
                     (time.perf_counter() - t0) * 1000,
+                    error=_cancelled_worker(d.worker_errors),
                     degraded=bool(d.pending_sources or d.failed_sources),
                 )
             )
@@ -187,31 +196,51 @@ def writer(
             )
 
 
+def _cancelled_worker(worker_errors: dict[str, str]) -> str | None:
+    """A worker failed by a cancel request: the scheduler cancels only at the deadline, after which a
+    worker's outcome is not recorded, so a recorded one was another caller's cancel (its own
+    server-side ceiling, a statement timeout, is not that)."""
+    cancelled = sorted(
+        name for name, error in worker_errors.items() if "QueryCanceled" in error and "user request" in error
+    )
+    return f"worker {cancelled[0]} failed: {worker_errors[cancelled[0]][:200]}" if cancelled else None
+
+
 def _describe(exc: Exception) -> str:
     frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
     where = f" at {Path(frame.filename).name}:{frame.lineno}" if frame else ""
     return f"{type(exc).__name__}: {str(exc).strip()[:300]}{where}"
 
 
-def run(system: MemorySystem, args, world: corpus.Universe, ledger: Ledger) -> float:
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    clients: int
+    writers: int
+    first_writer: int  # writer numbers (markers) start here: unique over the phases
+    duration: float
+
+
+def run(system: MemorySystem, args, world: corpus.Universe, ledger: Ledger, phase: Phase) -> float:
     queries = corpus.queries(args.queries, seed=args.seed, n_tenants=args.tenants, world=world)
     vectors = HashEmbedder().embed([normalize(q.text) for q in queries])
     stop = threading.Event()
     start = time.perf_counter()
-    with cf.ThreadPoolExecutor(args.clients + args.writers, thread_name_prefix="soak") as pool:
+    writers = range(phase.first_writer, phase.first_writer + phase.writers)
+    with cf.ThreadPoolExecutor(phase.clients + phase.writers, thread_name_prefix="soak") as pool:
         futures = [
-            pool.submit(query_client, system, queries, vectors, ledger, start, stop, c) for c in range(args.clients)
+            pool.submit(query_client, system, queries, vectors, ledger, start, stop, c) for c in range(phase.clients)
         ]
-        futures += [pool.submit(writer, system, world, args, ledger, start, stop, w) for w in range(args.writers)]
+        futures += [pool.submit(writer, system, world, args, ledger, start, stop, w) for w in writers]
         reported = 0
-        while time.perf_counter() - start < args.duration:
-            time.sleep(max(0.0, min(1.0, args.duration - (time.perf_counter() - start))))
+        while time.perf_counter() - start < phase.duration:
+            time.sleep(max(0.0, min(1.0, phase.duration - (time.perf_counter() - start))))
             elapsed = time.perf_counter() - start
             if int(elapsed // WINDOW_S) > reported:
                 reported = int(elapsed // WINDOW_S)
                 with ledger.lock:
                     n, errors = len(ledger.ops), sum(op.error is not None for op in ledger.ops)
-                log(f"{elapsed:5.1f}s: {n} operations, {errors} errors")
+                log(f"{phase.name} {elapsed:5.1f}s: {n} operations, {errors} errors")
         stop.set()
         for f in futures:
             f.result()  # the threads catch everything; this re-raises only a bug in soak.py itself
@@ -221,8 +250,10 @@ def run(system: MemorySystem, args, world: corpus.Universe, ledger: Ledger) -> f
 # -- the checks and the report ---------------------------------------------------------------------------
 
 
-def verify_writes(dsn: str, ledger: Ledger) -> dict:
+def verify_writes(dsn: str, *ledgers: Ledger) -> dict:
     """Acknowledged ids missing from the table (lost) and marked rows nobody acknowledged (phantoms)."""
+    ledger = Ledger(acked={k: v for one in ledgers for k, v in one.acked.items()})
+    ledger.attempted = sum(one.attempted for one in ledgers)
     with psycopg.connect(dsn) as conn:  # the superuser: every tenant
         stored = dict(
             conn.execute(
@@ -270,9 +301,9 @@ def windows(ops: list[Op], duration: float) -> list[dict]:
     return rows
 
 
-def report(rows: list[dict], ledger: Ledger, writes: dict, elapsed: float, args) -> str:
+def report(rows: list[dict], ledger: Ledger, writes: dict | None, elapsed: float, title: str) -> str:
     lines = [
-        f"soak: {args.clients} query clients, {args.writers} writers, {elapsed:.1f}s over {args.n} memories",
+        f"{title}, {elapsed:.1f}s",
         "",
         (
             "window    | queries  err  degr   p50 ms   p95 ms   p99 ms   max ms "
@@ -295,13 +326,15 @@ def report(rows: list[dict], ledger: Ledger, writes: dict, elapsed: float, args)
             f"queries: {len(queries)} ({len(queries) / elapsed:.1f}/s), "
             f"degraded (a pending or failed worker): {sum(op.degraded for op in queries)}"
         ),
-        (
-            f"writes: {writes['attempted']} records attempted, {writes['acknowledged']} acknowledged, "
-            f"{writes['stored']} stored; lost {writes['lost']}, unacknowledged rows {writes['phantoms']}, "
-            f"mismatched {writes['mismatched']}"
-        ),
+        f"writes: {sum(op.kind == 'write' for op in ledger.ops)} ({ledger.attempted} records attempted)",
         f"errors: {sum(errors.values())}",
     ]
+    if writes is not None:
+        lines.append(
+            f"writes of every phase: {writes['attempted']} records attempted, {writes['acknowledged']} acknowledged, "
+            f"{writes['stored']} stored; lost {writes['lost']}, unacknowledged rows {writes['phantoms']}, "
+            f"mismatched {writes['mismatched']}"
+        )
     lines += [f"  {count} x {message}" for message, count in errors.most_common(10)]
     return "\n".join(lines)
 
@@ -323,12 +356,39 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--tenants", type=int, default=10)
     p.add_argument("--queries", type=int, default=400, help="distinct queries the clients cycle through")
     p.add_argument("--pool-max-size", type=int, default=48)
+    p.add_argument("--race-duration", type=float, default=60.0, help="seconds of the cancel race (0: none)")
+    p.add_argument("--race-deadline-ms", type=int, default=40, help="the race's retrieval deadline")
+    p.add_argument("--race-pool", type=int, default=4, help="the race's pool_max_size")
+    p.add_argument("--race-clients", type=int, default=6)
+    p.add_argument("--race-writers", type=int, default=1)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--json", help="also write the results to this file")
     args = p.parse_args(argv)
     if args.ci:
-        args.n, args.duration = 2000, 20.0
+        args.n, args.duration, args.race_duration = 2000, 20.0, 15.0
     return args
+
+
+def run_phases(dsn: str, args, world: corpus.Universe) -> dict:
+    """Load, soak, then the cancel race on the same database; each phase's ledger and seconds."""
+    config = Config(dsn=dsn, pool_min_size=2, pool_max_size=args.pool_max_size)
+    phases = {
+        "soak": Phase("soak", args.clients, args.writers, 0, args.duration),
+        "race": Phase("race", args.race_clients, args.race_writers, args.writers, args.race_duration),
+    }
+    soak, race = Ledger(), Ledger()
+    # The default memory types, and the AGE graph when the server has it.
+    with MemorySystem(config, embedder=HashEmbedder(), auto_migrate=True) as system:
+        load_s = load(system, args, world)
+        soak_s = run(system, args, world, soak, phases["soak"])
+    race_s = 0.0
+    if phases["race"].duration > 0:
+        small = config.replace(
+            pool_min_size=1, pool_max_size=args.race_pool, retrieval_deadline_ms=args.race_deadline_ms
+        )
+        with MemorySystem(small, embedder=HashEmbedder()) as system:
+            race_s = run(system, args, world, race, phases["race"])
+    return {"load_s": load_s, "soak": (soak, soak_s), "race": (race, race_s)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,31 +396,38 @@ def main(argv: list[str] | None = None) -> int:
     require_loopback(args.dsn)
     dsn = fresh_database(args.dsn, args.db_name)
     try:
-        # The default memory types, and the AGE graph when the server has it.
-        config = Config(dsn=dsn, pool_min_size=2, pool_max_size=args.pool_max_size)
-        world = corpus.universe(args.seed, args.tenants)
-        with MemorySystem(config, embedder=HashEmbedder(), auto_migrate=True) as system:
-            load_s = load(system, args, world)
-            ledger = Ledger()
-            elapsed = run(system, args, world, ledger)
-        writes = verify_writes(dsn, ledger)
-        rows = windows(ledger.ops, elapsed)
-        print(report(rows, ledger, writes, elapsed, args))
-        errors = sum(op.error is not None for op in ledger.ops)
+        out = run_phases(dsn, args, world=corpus.universe(args.seed, args.tenants))
+        (soak, soak_s), (race, race_s) = out["soak"], out["race"]
+        writes = verify_writes(dsn, soak, race)
+        titles = {
+            "soak": f"soak: {args.clients} query clients, {args.writers} writers over {args.n} memories",
+            "race": (
+                f"cancel race: {args.race_clients} query clients and {args.race_writers} writer(s) on a pool of "
+                f"{args.race_pool}, retrieval deadline {args.race_deadline_ms} ms"
+            ),
+        }
+        results = {}
+        for name, (ledger, seconds) in (("soak", (soak, soak_s)), ("race", (race, race_s))):
+            if name == "race" and not ledger.ops:
+                continue
+            rows = windows(ledger.ops, seconds)
+            print(report(rows, ledger, writes if name == "race" or not race.ops else None, seconds, titles[name]))
+            print()
+            results[name] = {
+                "elapsed_s": seconds,
+                "windows": rows,
+                "errors": sum(op.error is not None for op in ledger.ops),
+            }
+        errors = sum(r["errors"] for r in results.values())
         if args.json:
-            Path(args.json).write_text(
-                json.dumps(
-                    {
-                        "args": vars(args),
-                        "load_s": load_s,
-                        "elapsed_s": elapsed,
-                        "windows": rows,
-                        "writes": writes,
-                        "errors": errors,
-                    },
-                    indent=2,
-                )
-            )
+            payload = {
+                "args": vars(args),
+                "load_s": out["load_s"],
+                "phases": results,
+                "writes": writes,
+                "errors": errors,
+            }
+            Path(args.json).write_text(json.dumps(payload, indent=2))
     finally:
         if not args.keep:
             drop_database(args.dsn, args.db_name)

@@ -4,6 +4,7 @@ Everything importable from this module is the public API (see the README's "Publ
 submodules are internal and may move between releases.
 """
 
+from .async_system import AsyncMemorySystem
 from .config import DEFAULT_MEMORY_TYPES, Config
 from .core.embedding import Embedder, HashEmbedder, SentenceTransformerEmbedder, embed_memories
 from .core.text import indexed_tokens, normalize, tokenize
@@ -29,6 +30,7 @@ from .errors import (
     MemoriaError,
     NotFound,
     PoolTimeout,
+    QueryTimeout,
     SchemaError,
     ServerError,
 )
@@ -46,6 +48,7 @@ __all__ = [
     "DEFAULT_WORKERS",
     "PRESETS",
     "ROUTES",
+    "AsyncMemorySystem",
     "CandidateRecord",
     "CompletionPolicy",
     "Config",
@@ -70,6 +73,7 @@ __all__ = [
     "QueryPipeline",
     "QueryRequest",
     "QueryResponse",
+    "QueryTimeout",
     "RankingPipeline",
     "RankingStage",
     "RankingWeights",

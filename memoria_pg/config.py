@@ -3,15 +3,52 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import typing
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .errors import ConfigError
+from .core import validation
+from .errors import ConfigError, InputError
 
 FUSION_METHODS = ("score", "rrf")
+INT4_MAX = 2_147_483_647  # a setting bound as an SQL integer must fit one
+# The accepted range of each numeric setting, inclusive (README, "Configuration"); every other field is
+# checked against its annotated type. max_content_chars: a memory's tsvector (the phrase worker's, at
+# worst about 6 bytes per character) must fit PostgreSQL's 1 MB limit.
+RANGES: dict[str, tuple[float, float]] = {
+    "pool_min_size": (0, INT4_MAX),
+    "pool_max_size": (1, INT4_MAX),
+    "pool_timeout": (0.001, 86_400),
+    "embedding_dim": (1, 16_000),
+    "embedding_batch_size": (1, INT4_MAX),
+    "query_cache_size": (0, INT4_MAX),
+    "top_k": (1, 10_000),
+    "ranking_candidate_limit": (1, INT4_MAX),
+    "retrieval_deadline_ms": (1, INT4_MAX),
+    "statement_timeout_ms": (0, INT4_MAX),
+    "query_timeout_ms": (1, INT4_MAX),
+    "worker_limit": (1, INT4_MAX),
+    "graph_candidate_limit": (1, INT4_MAX),
+    "graph_fanout": (1, INT4_MAX),
+    "graph_entity_memories": (1, INT4_MAX),
+    "phrase_candidates": (1, INT4_MAX),
+    "fusion_semantic_weight": (0, 1),
+    "rrf_k": (0, 1_000_000),
+    "rrf_depth": (1, INT4_MAX),
+    "bm25_k1": (0, 1_000),
+    "bm25_b": (0, 1),
+    "bm25_postings_per_term": (1, INT4_MAX),
+    "hnsw_ef_search": (1, 1_000),
+    "vector_exact_max_rows": (0, 2**63 - 1),
+    "cross_encoder_top_n": (0, INT4_MAX),
+    "max_content_chars": (1, 150_000),
+    "max_query_chars": (1, 150_000),
+    "ingest_batch_size": (1, INT4_MAX),
+    "ingest_writers": (1, INT4_MAX),
+}
 DEFAULT_MEMORY_TYPES = ("general", "episodic", "semantic", "procedural", "preference", "fact")
 _IDENT = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
 
@@ -47,6 +84,9 @@ class Config:
     ranking_candidate_limit: int = 200
     retrieval_deadline_ms: int = 2000
     statement_timeout_ms: int = 30000
+    # The budget of a query's statements, end to end (its embedding not counted): each runs with what
+    # remains as its statement_timeout; QueryTimeout when it runs out outside the workers.
+    query_timeout_ms: int = 10000
     workers_to_use: tuple[str, ...] = ()  # empty = the route decides; checked against the worker registry
     worker_limit: int = 50  # per-worker candidate limit, divided across the selected shards the tenant uses
     graph_candidate_limit: int = 50  # the graph's hop limit comes from the route (query/routing.py)
@@ -104,31 +144,25 @@ class Config:
     ingest_writers: int = 2  # connections writing batches concurrently in store_many (1: one at a time)
 
     def __post_init__(self) -> None:
+        _check_types(self)
         for name in self.memory_types:
             valid_identifier(name, "memory type")
         if self.default_memory_type not in self.memory_types:
             raise ConfigError(
                 f"default_memory_type {self.default_memory_type!r} is not one of memory_types {list(self.memory_types)}"
             )
-        if not 0.0 <= self.fusion_semantic_weight <= 1.0:
-            raise ConfigError("fusion_semantic_weight must be between 0 and 1")
         if self.fusion_method not in FUSION_METHODS:
             raise ConfigError(f"fusion_method must be one of {list(FUSION_METHODS)}, got {self.fusion_method!r}")
-        for name in (
-            "top_k",
-            "ranking_candidate_limit",
-            "retrieval_deadline_ms",
-            "worker_limit",
-            "embedding_dim",
-            "pool_max_size",
-            "ingest_batch_size",
-            "ingest_writers",
-            "graph_fanout",
-            "graph_entity_memories",
-            "phrase_candidates",
-        ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        for name, (low, high) in RANGES.items():
+            value = getattr(self, name)
+            if not low <= value <= high:  # NaN fails too
+                raise ConfigError(f"{name} must be between {low:,} and {high:,}, got {value!r}")
+        if self.pool_min_size > self.pool_max_size:
+            raise ConfigError(f"pool_min_size ({self.pool_min_size}) is over pool_max_size ({self.pool_max_size})")
+        try:
+            validation.tenant(self.default_tenant)
+        except InputError as exc:
+            raise ConfigError(f"default_tenant: {exc}") from None
 
     @classmethod
     def from_env(cls, environ: typing.Mapping[str, str] | None = None, **overrides: object) -> Config:
@@ -148,6 +182,39 @@ class Config:
 
     def as_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _check_types(cfg: Config) -> None:
+    """Each field holds its annotated type: an int (not a bool) for int, a number for float, a bool
+    for bool, a string or None for str | None, a tuple of strings for tuple[str, ...]."""
+    for f in fields(cfg):
+        value, hint = getattr(cfg, f.name), _hints()[f.name]
+        if hint is bool:
+            ok = isinstance(value, bool)
+        elif hint is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif hint is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif typing.get_origin(hint) is tuple:
+            ok = isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+        elif hint is str or hint == str | None:
+            ok = isinstance(value, str) or (value is None and hint is not str)
+        else:
+            continue  # a type this check does not know: its field checks itself
+        if not ok:
+            raise ConfigError(f"{f.name} must be {_type_name(hint)}, got {value!r}")
+
+
+@functools.cache
+def _hints() -> dict[str, object]:
+    return typing.get_type_hints(Config)
+
+
+def _type_name(hint: object) -> str:
+    if typing.get_origin(hint) is tuple:
+        return "a tuple of strings"
+    names: dict[object, str] = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    return names.get(hint, "a string or None")
 
 
 def _parse(name: str, raw: str, hint: object) -> object:

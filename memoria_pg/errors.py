@@ -29,5 +29,10 @@ class PoolTimeout(ServerError):
     """No pooled connection became free in time."""
 
 
+class QueryTimeout(ServerError):
+    """A query ran out of its budget (`query_timeout_ms`) outside its retrieval workers: one of its
+    own statements was cancelled by the server, or waited for a connection, past what remained."""
+
+
 class NotFound(MemoriaError, LookupError):
     """No memory of the tenant has that id (another tenant's memory is missing, not forbidden)."""

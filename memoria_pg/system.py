@@ -20,7 +20,8 @@ from .config import Config, default_data_dir
 from .core import validation
 from .core.embedding import CachedQueryEmbedder, Embedder, LazyEmbedder
 from .core.types import ForgetResult, HistoryEvent, Memory, MemoryRecord, StoreResult
-from .db import Database, embedded, migrate
+from .db import Database, embedded, migrate, translating
+from .errors import ServerError
 from .ingest import Ingestor, RecordRules, batched
 from .lifecycle import MISSING, Lifecycle
 from .plugins import PluginRegistry
@@ -42,6 +43,7 @@ class MemorySystem:
     from the configuration), `worker_registry` (the retrieval sources; default DEFAULT_WORKERS).
     """
 
+    @translating
     def __init__(
         self,
         config: Config | None = None,
@@ -163,6 +165,7 @@ class MemorySystem:
             rows = conn.execute("SELECT name FROM memoria.memory_types ORDER BY name").fetchall()
         return tuple(r[0] for r in rows)
 
+    @translating
     def add_memory_type(self, name: str) -> bool:
         """Create the shard of a new memory type; False when it exists already."""
         created = migrate.add_memory_type(self.dsn, name)
@@ -172,11 +175,14 @@ class MemorySystem:
         return created
 
     # -- ingestion -------------------------------------------------------------------------------
+    @translating
     def store(self, content: str, **fields: Any) -> int | None:
         """Store one memory; returns its id, or None when it was already stored (same content/external id)."""
-        # One record: written in this thread (store_many would start writer threads for it).
-        return self.ingestor.store_batch([MemoryRecord(content=content, **fields)]).ids[0]
+        # One record: written in this thread (store_many would start writer threads for it). As a
+        # mapping, so that a field MemoryRecord does not have is an InputError, not a TypeError.
+        return self.ingestor.store_batch([{"content": content, **fields}]).ids[0]
 
+    @translating
     def store_many(
         self,
         records: Records,
@@ -194,19 +200,22 @@ class MemorySystem:
         written by up to `writers` (default `config.ingest_writers`) pooled connections; see
         Ingestor.store_batches.
         """
-        size = batch_size or self.config.ingest_batch_size
+        size = self.config.ingest_batch_size if batch_size is None else validation.count(batch_size, "batch_size")
+        writers = self.config.ingest_writers if writers is None else validation.count(writers, "writers")
         # Never more writers than pooled connections: a writer waiting for one could time out.
-        writers = min(writers or self.config.ingest_writers, self.config.pool_max_size)
+        writers = min(writers, self.config.pool_max_size)
         return self.ingestor.store_batches(
             _placed(records, size, wheres), writers=writers, progress=progress, return_ids=return_ids
         )
 
     # -- the lifecycle ---------------------------------------------------------------------------
+    @translating
     def get(self, memory_id: int | None = None, *, external_id: str | None = None, tenant: str | None = None) -> Memory:
         """The memory with that id (or external id) of the tenant; NotFound otherwise (also when it is
         another tenant's)."""
         return self.lifecycle.get(memory_id, external_id, self._tenant(tenant))
 
+    @translating
     def list_memories(
         self, *, tenant: str | None = None, memory_type: str | None = None, where: dict[str, Any] | None = None,
         after: int = 0, limit: int = 100,
@@ -215,6 +224,7 @@ class MemorySystem:
         return self.lifecycle.page(self._tenant(tenant), memory_type=memory_type, where=where, after=after,
                                    limit=limit)  # fmt: skip
 
+    @translating
     def update(
         self, memory_id: int, *, tenant: str | None = None, content: Any = MISSING, context: Any = MISSING,
         metadata: Any = MISSING, importance: Any = MISSING, pinned: Any = MISSING, memory_type: Any = MISSING,
@@ -227,10 +237,12 @@ class MemorySystem:
                   "pinned": pinned, "memory_type": memory_type}  # fmt: skip
         return self.lifecycle.update(memory_id, self._tenant(tenant), fields, embedding)
 
+    @translating
     def delete(self, memory_ids: int | Iterable[int], *, tenant: str | None = None) -> int:
         """Delete memories and everything derived from them; NotFound (nothing deleted) when one is missing."""
         return self.lifecycle.delete(memory_ids, self._tenant(tenant))
 
+    @translating
     def forget(
         self, *, tenant: str | None = None, memory_type: str | None = None, before: Any = None,
         where: dict[str, Any] | None = None, dry_run: bool = False,
@@ -240,21 +252,25 @@ class MemorySystem:
         return self.lifecycle.forget(self._tenant(tenant), memory_type=memory_type, before=before, where=where,
                                      dry_run=dry_run)  # fmt: skip
 
+    @translating
     def erase_tenant(self, tenant: str) -> dict[str, int]:
         """Remove every row of the tenant in every table (memories, postings, statistics, entities,
         edges, attributes, access, traces, history) and its AGE graph; rows removed per table."""
         return self.lifecycle.erase(tenant)
 
+    @translating
     def history(self, memory_id: int, *, tenant: str | None = None) -> list[HistoryEvent]:
         """What happened to a memory, oldest first (also after it was deleted, until the tenant is erased)."""
         return self.lifecycle.history(memory_id, self._tenant(tenant))
 
+    @translating
     def invalidate(self, memory_id: int, *, tenant: str | None = None, at: Any = None) -> Memory:
         """Retire a memory from `at` (default now), reversibly: queries leave it out from then on,
         unless asked for as of an earlier time or with include_invalid=True."""
         valid_to = validation.moment(at, "at") if at is not None else dt.datetime.now(dt.UTC)
         return self.lifecycle.set_validity(memory_id, self._tenant(tenant), valid_to)
 
+    @translating
     def restore(self, memory_id: int, *, tenant: str | None = None) -> Memory:
         """Undo `invalidate`: the memory holds again."""
         return self.lifecycle.set_validity(memory_id, self._tenant(tenant), None)
@@ -263,6 +279,7 @@ class MemorySystem:
         return self.config.default_tenant if tenant is None else tenant
 
     # -- queries ---------------------------------------------------------------------------------
+    @translating
     def query(
         self,
         text: str,
@@ -282,7 +299,7 @@ class MemorySystem:
         cfg = self.config
         request = QueryRequest(
             text=text,
-            tenant=tenant or cfg.default_tenant,
+            tenant=validation.tenant_or_default(tenant, cfg.default_tenant),  # "", 0, False: InputError
             memory_type=memory_type,
             top_k=cfg.top_k if top_k is None else validation.top_k(top_k),
             embedding=embedding,
@@ -310,11 +327,12 @@ class MemorySystem:
         state: dict[str, Any] = {"database": True, "error": None, "schema": None, "schema_head": self._schema_head}
         try:
             state["schema"] = migrate.current(self.dsn)
-        except psycopg.Error as exc:
-            state.update(database=False, error=f"cannot connect to PostgreSQL: {exc}")
+        except (psycopg.Error, ServerError) as exc:
+            state.update(database=False, error=str(exc))
         state["model_loaded"] = self._embedder.loaded
         return state
 
+    @translating
     def clear_access_statistics(self, tenant: str) -> int:
         """Forget which of the tenant's memories were returned and how often (the ranking's access
         signal); returns the number of memories whose statistics were removed."""

@@ -32,6 +32,7 @@ def candidates(
 @pytest.fixture
 def five(system):
     vecs = np.random.default_rng(1).normal(size=(5, 384)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)  # unit length: stored as given (others are scaled to it)
     result = system.store_many(
         [{"content": f"memory {i}", "tenant": "t", "embedding": v, "importance": 0.1 * i} for i, v in enumerate(vecs)]
     )

@@ -22,7 +22,7 @@ from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.core.types import SourceHit
 from memoria_pg.db import embedded as server
-from memoria_pg.errors import PoolTimeout
+from memoria_pg.errors import PoolTimeout, ServerError
 from memoria_pg.query.scheduler import Scheduler
 from memoria_pg.query.workers import DEFAULT_WORKERS
 from memoria_pg.query.workers.phrase import PhraseWorker
@@ -164,8 +164,10 @@ def test_writer_terminated_mid_batch_writes_nothing(stored, dsn):
 
     stored.ingestor.graph_writer = slow_graph_writer
     killer = terminate_when_sleeping(dsn)
-    with pytest.raises(psycopg.OperationalError, match="terminating connection"):
+    with pytest.raises(ServerError, match="connection to PostgreSQL failed") as info:  # the driver's error chained
         stored.store_many([{"content": f"batch memory {i}", "tenant": "t"} for i in range(20)])
+    assert isinstance(info.value.__cause__, psycopg.OperationalError)
+    assert "terminating connection" in str(info.value.__cause__)
     killer.join(NO_HANG_S)
     stored.ingestor.graph_writer = writer
     with psycopg.connect(dsn) as conn:
@@ -284,17 +286,25 @@ def test_concurrent_ranked_queries_do_not_deadlock_on_access_counts(config: Conf
     with MemorySystem(config.replace(pool_max_size=24), embedder=HashEmbedder()) as system:
         system.store_many([{"content": f"{' '.join(rng.sample(WORDS, 4))} {i}", "tenant": "t"} for i in range(60)])
         returned = collections.Counter()
+        skipped: list[str] = []
 
         def client(k: int) -> None:
             r = random.Random(k)
             for _ in range(40):  # overlapping answers in different orders, updated concurrently
                 response = system.query(" ".join(r.sample(WORDS, 2)), tenant="t", top_k=20, workers=["vector"])
-                returned.update(m.memory_id for m in response.memories)
+                if response.diagnostics.access_error is None:
+                    returned.update(m.memory_id for m in response.memories)
+                else:
+                    skipped.append(response.diagnostics.access_error)
 
         assert run_threads(client, 6) == []
     with psycopg.connect(dsn) as conn:
         counts = dict(conn.execute("SELECT memory_id, access_count FROM memoria.memory_access"))
-    assert counts == dict(returned)  # and no update was lost
+    # The statistics are best effort (issue 15, point 8): an upsert that waited too long for a row lock
+    # is reported, never a deadlock; every other update was counted, none lost.
+    assert all(error.startswith("LockNotAvailable") for error in skipped), skipped
+    assert len(skipped) < 120
+    assert counts == dict(returned)
 
 
 def test_concurrent_writers_sharing_tenants_and_types_do_not_deadlock(config: Config, dsn: str):

@@ -310,14 +310,15 @@ def test_a_blank_context_is_no_context(system, dsn):
     ) == [("cherry", 1, 2), ("durian", 1, 2)]
 
 
-def test_supplied_vectors_are_stored_unchanged(config, dsn):
+def test_supplied_vectors_are_stored_as_their_unit_direction(config, dsn):
     vectors = np.random.default_rng(7).normal(size=(3, 384)).astype(np.float32) * 3  # not even unit length
     with MemorySystem(config) as system:  # no embedder: supplied vectors must not need one
         result = system.store_many([{"content": f"vector {i}", "embedding": v.tolist()} for i, v in enumerate(vectors)])
         assert not system.ingestor.embedder.loaded
     stored = dict(rows(dsn, "SELECT id, embedding FROM memoria.memories"))
-    for memory_id, vector in zip(result.ids, vectors):
-        np.testing.assert_array_equal(stored[memory_id].to_numpy(), vector)
+    for memory_id, vector in zip(result.ids, vectors):  # scaled to unit length in float64 (issue 15, point 9)
+        unit = (vector.astype(np.float64) / np.linalg.norm(vector.astype(np.float64))).astype(np.float32)
+        np.testing.assert_array_equal(stored[memory_id].to_numpy(), unit)
 
 
 def test_records_without_vectors_are_embedded_by_the_embedder(system, dsn):

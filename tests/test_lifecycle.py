@@ -44,13 +44,13 @@ def test_another_tenants_memory_is_exactly_like_a_missing_one(two: MemorySystem)
     missing = 10**9
     for memory_id in (zed, missing):
         calls = [
-            lambda: two.get(memory_id, tenant="a"),
-            lambda: two.update(memory_id, tenant="a", content="changed"),
-            lambda: two.update(memory_id, tenant="a", importance=0.9),
-            lambda: two.delete(memory_id, tenant="a"),
-            lambda: two.history(memory_id, tenant="a"),
-            lambda: two.invalidate(memory_id, tenant="a"),
-            lambda: two.restore(memory_id, tenant="a"),
+            lambda memory_id=memory_id: two.get(memory_id, tenant="a"),
+            lambda memory_id=memory_id: two.update(memory_id, tenant="a", content="changed"),
+            lambda memory_id=memory_id: two.update(memory_id, tenant="a", importance=0.9),
+            lambda memory_id=memory_id: two.delete(memory_id, tenant="a"),
+            lambda memory_id=memory_id: two.history(memory_id, tenant="a"),
+            lambda memory_id=memory_id: two.invalidate(memory_id, tenant="a"),
+            lambda memory_id=memory_id: two.restore(memory_id, tenant="a"),
         ]
         messages = []
         for call in calls:
@@ -94,8 +94,12 @@ def test_update_with_a_vector_type_move_and_row_only_fields(two: MemorySystem):
     assert (moved.memory_type, moved.importance, moved.pinned) == ("fact", 0.9, True)
     with two.db.transaction("a") as conn:
         stored = conn.execute("SELECT embedding FROM memoria.memories WHERE id = %s", (paris,)).fetchone()[0]
-        shard = conn.execute("SELECT tableoid::regclass::text FROM memoria.memories WHERE id = %s", (paris,)).fetchone()[0]
-        postings = conn.execute("SELECT DISTINCT memory_type FROM memoria.memory_terms WHERE memory_id = %s", (paris,)).fetchall()
+        shard = conn.execute(
+            "SELECT tableoid::regclass::text FROM memoria.memories WHERE id = %s", (paris,)
+        ).fetchone()[0]
+        postings = conn.execute(
+            "SELECT DISTINCT memory_type FROM memoria.memory_terms WHERE memory_id = %s", (paris,)
+        ).fetchall()
     np.testing.assert_allclose(np.asarray(stored.to_numpy()), vector)
     assert shard == "memories_fact" and postings == [("fact",)]
     assert two.update(paris, tenant="a", importance=0.2).importance == 0.2
@@ -183,7 +187,9 @@ def test_invalidate_hides_a_memory_from_then_on_reversibly(two: MemorySystem):
     assert retired.status == "invalidated" and retired.valid_to == dt.datetime(2023, 6, 1, tzinfo=UTC)
 
     def found(**kw):
-        return paris in [c.memory_id for c in two.query("Alice lives Paris", tenant="a", ranking=False, **kw).candidates]
+        return paris in [
+            c.memory_id for c in two.query("Alice lives Paris", tenant="a", ranking=False, **kw).candidates
+        ]
 
     assert not found()
     assert found(as_of="2022-01-01")  # it held then
@@ -203,7 +209,9 @@ def test_erase_tenant_leaves_no_row_of_it_anywhere(two: MemorySystem, admin_dsn:
             "SELECT c.oid::regclass::text FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid "
             "WHERE c.relnamespace = 'memoria'::regnamespace AND c.relkind = 'r' AND a.attname = 'tenant'").fetchall()]  # fmt: skip
         kept = set(tables) - {f"memoria.{t}" for t in removal.tenant_tables(conn)} - {"memoria.api_keys"}
-        assert {t for t in kept if not t.startswith("memoria.memories_") and not t.startswith("memoria.memory_terms_")} == set()
+        assert {
+            t for t in kept if not t.startswith("memoria.memories_") and not t.startswith("memoria.memory_terms_")
+        } == set()
         left = {t: conn.execute(f"SELECT count(*) FROM {t} WHERE tenant = 'a'").fetchone()[0] for t in tables
                 if t != "memoria.api_keys"}  # fmt: skip
         assert set(left.values()) == {0}, left

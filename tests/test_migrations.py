@@ -122,7 +122,7 @@ def test_0003_closes_the_graph_and_its_downgrade_restores_0001s_grants(empty_dsn
     assert scalar(empty_dsn, functions) == 0
     if server_has_age:
         assert scalar(empty_dsn, app_on_graph) is True
-    migrate.upgrade(empty_dsn)
+    migrate.upgrade(empty_dsn, "0008")  # later revisions change grants of their own (0009 onwards)
     assert acls(empty_dsn) == at_head
     migrate.downgrade(empty_dsn, "0001")
     assert acls(empty_dsn) == at_0001

@@ -67,13 +67,16 @@ def memories(rng: random.Random) -> list[dict]:
 
 
 def memoria_tables(conn: psycopg.Connection) -> list[str]:
-    """Every table of the memoria schema (parents and partitions) and of the AGE graph, if any."""
+    """Every table of the memoria schema (parents and partitions) and of the AGE graph, if any; not the
+    server's API keys (0011: credentials, not memories; a downgrade below 0011 drops them) nor the
+    memories' history (0010: a downgrade below it drops the log; the memories themselves are kept)."""
     return [
         r[0]
         for r in conn.execute(
             "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname IN ('memoria', 'memoria_graph') AND c.relkind IN ('r', 'p') ORDER BY 1"
         )
+        if r[0] not in ("memoria.api_keys", "memoria.memory_history")
     ]
 
 

@@ -72,7 +72,9 @@ def test_current_and_as_of_answers(config: Config, supersession: bool, capsys):
     with _stored(cfg, records) as system:
         now, then = score(system, questions)
     with capsys.disabled():
-        print(f"\nsupersession {'on' if supersession else 'off'}: current value first {now:.3f}, "
-              f"then-valid value first (as_of) {then:.3f} over {len(questions)} questions")
+        print(
+            f"\nsupersession {'on' if supersession else 'off'}: current value first {now:.3f}, "
+            f"then-valid value first (as_of) {then:.3f} over {len(questions)} questions"
+        )
     if supersession:
         assert now >= 0.95 and then >= 0.90

@@ -6,8 +6,9 @@ import json
 
 import click
 
+from ..core import validation
+from ..db import connect, migrate, redact_dsn
 from ..db import embedded as server
-from ..db import migrate
 from .base import cli, config_of, data_dir_for, dsn_for, open_system
 
 
@@ -18,7 +19,7 @@ def config_cmd(ctx: click.Context, as_json: bool) -> None:
     """Print the effective settings (defaults overridden by MEMORIA_* variables and options)."""
     values = config_of(ctx).as_dict()
     if isinstance(values.get("dsn"), str):
-        values["dsn"] = _redact(str(values["dsn"]))
+        values["dsn"] = redact_dsn(str(values["dsn"]))
     if as_json:
         click.echo(json.dumps(values, indent=2, default=list))
         return
@@ -26,12 +27,6 @@ def config_cmd(ctx: click.Context, as_json: bool) -> None:
     for key, value in values.items():
         shown = ",".join(value) if isinstance(value, tuple) else value
         click.echo(f"{('MEMORIA_' + key.upper()).ljust(width + 8)}  {shown}")
-
-
-def _redact(dsn: str) -> str:
-    import re
-
-    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", dsn)
 
 
 @cli.group("server")
@@ -68,13 +63,11 @@ def server_status(ctx: click.Context) -> None:
 @click.pass_context
 def doctor(ctx: click.Context) -> None:
     """Check the server: version, extensions (vector required, AGE optional), schema revision."""
-    import psycopg
-
     from ..db import VECTOR_HELP, detect_capabilities
 
     cfg = config_of(ctx)
     dsn = dsn_for(cfg)
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with connect(dsn, autocommit=True) as conn:
         caps = detect_capabilities(conn)
     click.echo(f"server:        PostgreSQL {caps.server_version} ({'DSN' if cfg.dsn else 'embedded'})")
     click.echo(f"pgvector:      {caps.vector or ('available, not created' if caps.vector_available else 'MISSING')}")
@@ -150,9 +143,7 @@ def types_add(ctx: click.Context, name: str) -> None:
 @click.pass_context
 def types_list(ctx: click.Context) -> None:
     """List the memory types."""
-    import psycopg
-
-    with psycopg.connect(dsn_for(config_of(ctx))) as conn:
+    with connect(dsn_for(config_of(ctx))) as conn:
         for (name,) in conn.execute("SELECT name FROM memoria.memory_types ORDER BY name"):
             click.echo(name)
 
@@ -169,6 +160,7 @@ def graph_rebuild(ctx: click.Context, tenant: str) -> None:
     """Rebuild one tenant's AGE graph from the entity tables."""
     from ..db.graph_age import rebuild
 
+    validation.tenant(tenant)  # before anything connects: "" is no tenant
     with open_system(config_of(ctx)) as system:
         if not system.db.capabilities.age:
             raise click.ClickException("this server has no AGE graph (see `memoria-pg doctor`)")

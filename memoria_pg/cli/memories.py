@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from .. import config
+from ..core import validation
 from .base import cli, config_of, open_system
 
 if TYPE_CHECKING:
@@ -20,10 +22,12 @@ if TYPE_CHECKING:
 
 @cli.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), help="Default: from the file name.")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "tsv"]), help="Default: from the file name.")
 @click.option("--tenant", help="Tenant for records that name none.")
 @click.option("--memory-type", help="Memory type for records that name none.")
-@click.option("--batch-size", type=int, help="Records per transaction (default MEMORIA_INGEST_BATCH_SIZE).")
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), help="Records per transaction (default MEMORIA_INGEST_BATCH_SIZE)."
+)
 @click.option(
     "--migrate/--no-migrate", default=None, help="Upgrade the schema first (default: only on the embedded server)."
 )
@@ -37,7 +41,7 @@ def ingest(
     batch_size: int | None,
     migrate: bool | None,
 ) -> None:
-    """Store the memories of a JSONL or CSV FILE.
+    """Store the memories of a JSONL, CSV or TSV FILE.
 
     Fields: content (required), memory_type, tenant, metadata (object), importance (0..1),
     created_at (ISO 8601), entities (list), attributes ([[subject, attribute, value], ...]),
@@ -48,13 +52,7 @@ def ingest(
 
     from ..ingest.files import read_records
 
-    cfg = config_of(ctx)
-    overrides: dict[str, object] = {
-        k: v for k, v in (("default_tenant", tenant), ("default_memory_type", memory_type)) if v
-    }
-    if memory_type and memory_type not in cfg.memory_types:
-        overrides["memory_types"] = (*cfg.memory_types, memory_type)
-    cfg = cfg.replace(**overrides)
+    cfg = _ingest_config(config_of(ctx), tenant, memory_type)
     t0 = time.perf_counter()
     records = read_records(file, fmt)
     with open_system(cfg, auto_migrate=migrate) as system:
@@ -76,6 +74,21 @@ def ingest(
         f"stored {result.inserted} memories ({result.duplicates} duplicates skipped) from {total} "
         f"records in {elapsed:.1f}s: {total / elapsed if elapsed else 0:,.0f} records/s"
     )
+
+
+def _ingest_config(cfg: config.Config, tenant: str | None, memory_type: str | None) -> config.Config:
+    """The configuration with --tenant and --memory-type as the defaults of records that name none;
+    given, each is checked ("" is an error, not the default)."""
+    if tenant is not None:
+        validation.tenant(tenant)
+    if memory_type is not None:
+        config.valid_identifier(memory_type, "memory type")
+    overrides: dict[str, object] = {
+        k: v for k, v in (("default_tenant", tenant), ("default_memory_type", memory_type)) if v is not None
+    }
+    if memory_type and memory_type not in cfg.memory_types:
+        overrides["memory_types"] = (*cfg.memory_types, memory_type)
+    return cfg.replace(**overrides)
 
 
 def _lazy(items: collections.deque[str]) -> Iterator[str]:
@@ -124,7 +137,7 @@ def query(
     with open_system(cfg) as system:
         response = system.query(
             text,
-            tenant=tenant,
+            tenant=cfg.default_tenant if tenant is None else tenant,
             memory_type=memory_type,
             top_k=top_k,
             workers=worker_list,

@@ -9,9 +9,13 @@ stored. Better extractors plug in through the `EntityExtractor` protocol.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
+
+import numpy as np
 
 
 def _char_class(pred: Callable[[str], bool]) -> str:
@@ -54,9 +58,87 @@ class EntityExtractor(Protocol):
 
 
 def quoted_spans(text: str) -> list[str]:
-    """Text between double quotes (straight, curly or guillemets), stripped, in order."""
-    spans = (next(g for g in m.groups() if g is not None).strip() for m in QUOTED.finditer(text))
-    return [s for s in spans if any(ch.isalnum() for ch in s)]
+    """Text between double quotes (straight, curly or guillemets), stripped, in order.
+
+    The groups of QUOTED.finditer(text), found in linear time: the expression itself rescans up to
+    200 characters from each of a run of opening quotes, and, after a guillemet and spaces, the rest
+    of the spaces from every position of its group (cubic in a run of spaces)."""
+    scan = _QuoteScan(text)
+    spans: list[str] = []
+    pos = 0
+    while (opener := _OPENERS.search(text, pos)) is not None:
+        found = scan.at(opener.start())
+        if found is None:
+            pos = opener.start() + 1
+            continue
+        group, pos = found
+        group = group.strip()
+        if any(ch.isalnum() for ch in group):
+            spans.append(group)
+    return spans
+
+
+_OPENERS = re.compile('["“«]')
+_SPACES = re.compile(r"\s*")
+_CLOSER = {'"': '"', "“": "”"}
+MAX_QUOTED = 200  # characters between quotes, as in QUOTED
+
+
+class _QuoteScan:
+    """QUOTED's alternative at one opening quote: (group, end of the match) or None. The next
+    occurrence of each character is remembered, so that a run of openers shares one scan."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._next: dict[str, tuple[int, int]] = {}  # char -> (asked from, next occurrence or len)
+        self._trim = (-1, -1)
+
+    def _trimmed(self, close: int, start: int) -> int:
+        """Where the spaces before `close` begin (after `start`); remembered for the last `close`."""
+        if self._trim[0] != close:
+            end = close
+            while end - 1 > start and self.text[end - 1].isspace():
+                end -= 1
+            self._trim = (close, end)
+        return max(self._trim[1], start + 1)
+
+    def next(self, ch: str, pos: int) -> int:
+        asked, found = self._next.get(ch, (1, 0))
+        if not asked <= pos <= found:
+            found = self.text.find(ch, pos)
+            found = len(self.text) if found < 0 else found
+            self._next[ch] = (pos, found)
+        return found
+
+    def at(self, q: int) -> tuple[str, int] | None:
+        text = self.text
+        if text[q] in _CLOSER:  # '"([^"\n]{1,200})"', '“([^”\n]{1,200})”'
+            end = min(self.next(_CLOSER[text[q]], q + 1), self.next("\n", q + 1))
+            if end < len(text) and text[end] == _CLOSER[text[q]] and 1 <= end - q - 1 <= MAX_QUOTED:
+                return text[q + 1 : end], end + 1
+            return None
+        return self._guillemets(q)
+
+    def _guillemets(self, q: int) -> tuple[str, int] | None:
+        # '«\s*([^»\n]{1,200}?)\s*»': the group starts after the spaces and ends where only spaces
+        # remain before the first '»'; when '»' follows the spaces at once, the expression backtracks
+        # into them and the group is their last space that is not a newline.
+        text = self.text
+        start = _match_end(_SPACES, text, q + 1)
+        if start == len(text):
+            return None
+        if text[start] == "»":
+            last = start - 1
+            while last > q and text[last] == "\n":
+                last -= 1
+            return (text[last], start + 1) if last > q else None
+        close = self.next("»", start)
+        if close == len(text):
+            return None
+        end = self._trimmed(close, start)
+        if self.next("\n", start) < end or end - start > MAX_QUOTED:
+            return None
+        return text[start:end], close + 1
 
 
 def capitalized_names(text: str) -> list[str]:
@@ -145,19 +227,91 @@ def extract_entities(text: str, known: Iterable[str] = ()) -> list[str]:
     """Known names, quoted names and capitalized names in text order, deduplicated by entity_key."""
     known = list(known)
     spelling = {entity_key(k): k for k in reversed(known)}
-    quoted = [
-        (text.find(q), q)
-        for q in quoted_spans(text)
-        if _first_letter_upper(q) and len(q.split()) <= MAX_NAME_WORDS and len(q) <= 80
+    names = [
+        q for q in quoted_spans(text) if _first_letter_upper(q) and len(q.split()) <= MAX_NAME_WORDS and len(q) <= 80
     ]
+    first = first_positions(text, names)
+    quoted = [(first[q], q) for q in names]
     found = known_mentions(text, known) + quoted + _capitalized(text)
     found.sort(key=lambda item: item[0])  # stable: a known spelling beats a rule at one position
     result: dict[str, str] = {}
+    keys: dict[str, str] = {}  # a name found again and again is keyed once
     for _, name in found:
-        key = entity_key(name)
+        key = keys.get(name)
+        if key is None:
+            key = keys[name] = entity_key(name)
         if key and key not in result:
             result[key] = spelling.get(key, name)
     return list(result.values())
+
+
+FIND_AT_MOST = 32  # distinct names looked up with str.find; more are looked up by rolling hash
+_HASH_BASE = 0x9E3779B97F4A7C15  # odd: invertible modulo 2**64
+
+
+def first_positions(text: str, needles: Iterable[str]) -> dict[str, int]:
+    """{needle: text.find(needle)} in O(len(text)) per distinct needle length, not per needle.
+
+    Each find scans the text up to the needle's first occurrence: for a text of many distinct quoted
+    names that is quadratic. Many needles are found instead by a polynomial hash (modulo 2**64) of
+    every window of the text of each needle length; the first window whose hash matches is checked
+    against the text, and str.find decides whenever that check fails."""
+    distinct = list(dict.fromkeys(needles))
+    if len(distinct) <= FIND_AT_MOST:
+        return {q: text.find(q) for q in distinct}
+    by_length: dict[int, list[str]] = {}
+    for q in distinct:
+        by_length.setdefault(len(q), []).append(q)
+    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(np.uint64)
+    prefix, unscale = _window_tables(codes)
+    found: dict[str, int] = {}
+    for length, group in by_length.items():
+        found.update(_find_by_hash(text, group, length, prefix, unscale))
+    return found
+
+
+def _window_tables(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Prefix sums of code * B**i, and B**-i, modulo 2**64 (numpy's unsigned overflow wraps)."""
+    n = len(codes)
+    scale = np.ones(n, dtype=np.uint64)
+    unscale = np.ones(n, dtype=np.uint64)
+    if n > 1:
+        scale[1:] = np.cumprod(np.full(n - 1, _HASH_BASE, dtype=np.uint64), dtype=np.uint64)
+        unscale[1:] = np.cumprod(np.full(n - 1, pow(_HASH_BASE, -1, 2**64), dtype=np.uint64), dtype=np.uint64)
+    prefix = np.zeros(n + 1, dtype=np.uint64)
+    prefix[1:] = np.cumsum(codes * scale, dtype=np.uint64)
+    return prefix, unscale
+
+
+def _find_by_hash(text: str, group: list[str], length: int, prefix: np.ndarray, unscale: np.ndarray) -> dict[str, int]:
+    windows = len(prefix) - length
+    if length == 0 or windows <= 0:
+        return {q: text.find(q) for q in group}
+    hashes = (prefix[length:] - prefix[:windows]) * unscale[:windows]
+    wanted = {_hash(q): q for q in group}
+    keys = np.array(sorted(wanted), dtype=np.uint64)
+    slot = np.minimum(np.searchsorted(keys, hashes), len(keys) - 1)
+    hits = np.flatnonzero(keys[slot] == hashes)
+    found: dict[str, int] = {}
+    for i in hits.tolist():  # in text order: the first hit of a hash is its first window
+        q = wanted[int(hashes[i])]
+        if q not in found:
+            found[q] = i if text.startswith(q, i) else text.find(q)
+    return {q: found[q] if q in found else text.find(q) for q in group}
+
+
+def _hash(q: str) -> int:
+    value, power = 0, 1
+    for ch in q:
+        value = (value + ord(ch) * power) % 2**64
+        power = power * _HASH_BASE % 2**64
+    return value
+
+
+def _match_end(pattern: re.Pattern[str], text: str, pos: int) -> int:
+    """Where `pattern`, which matches the empty string too, ends when matched at `pos`."""
+    m = pattern.match(text, pos)
+    return pos if m is None else m.end()
 
 
 def _first_letter_upper(text: str) -> bool:
@@ -231,7 +385,12 @@ _VALUE_END = (
     r"while|where|so|then|until|after|before|for|with|now|if|though|although|I|we|he|she|"
     r"they|you)\b)"
 )
-VALUE = rf"(?P<value>[^.;!?\n\"“”]+?){_VALUE_END}"
+# The value ends at the first position where _VALUE_END holds. Inside a run of spaces it holds at the
+# run's first position or nowhere before its last space (the spaces before a stop character are
+# scanned to their end, and " and"... starts at the last one), so a run is one step of the lazy loop
+# up to its last space: testing every position would rescan the rest of the run from each
+# (quadratic in its length). The value is what `[^.;!?\n"“”]+?` followed by _VALUE_END matches.
+VALUE = rf"(?P<value>(?:[^.;!?\n\"“” \t]|[ \t](?:[ \t](?=[ \t]))*+)+?){_VALUE_END}"
 
 # (pattern, attribute): an attribute of None takes the pattern's `attribute` group; "{attribute}"
 # is formatted from it. Earlier patterns win where matches overlap, so specific ones come first.
@@ -284,20 +443,64 @@ MAX_VALUE_WORDS = 8
 
 def extract_attributes(text: str, speaker: str | None = None) -> list[tuple[str, str, str]]:
     """(subject, attribute, value) triples; first-person subjects become `speaker` or are dropped."""
-    taken: list[tuple[int, int]] = []
+    starts: list[int] = []  # the matches taken so far: disjoint, sorted by start
+    ends: list[int] = []
     found: list[tuple[int, tuple[str, str, str]]] = []
+    skipping = many_inner_starts(text)
     for pattern, attribute, needle in _COMPILED:
         if not needle.search(text):
             continue
-        for m in pattern.finditer(text):
-            if any(m.start() < end and start < m.end() for start, end in taken):
+        for m in skipping_matches(pattern, text) if skipping else pattern.finditer(text):
+            i = bisect.bisect_left(starts, m.end())  # taken matches starting before this one ends
+            if i and ends[i - 1] > m.start():  # the last of them is the one that ends last
                 continue
             triple = _triple(m, attribute, speaker)
             if triple is not None:
-                taken.append((m.start(), m.end()))
+                starts.insert(i, m.start())
+                ends.insert(i, m.end())
                 found.append((m.start(), triple))
     found.sort(key=lambda item: item[0])
     return list(dict.fromkeys(triple for _, triple in found))
+
+
+# Where a pattern can start: its subject is a name (a capital), "I", or "my"/"My" (POSS).
+_SUBJECT_START = re.compile(rf"(?<![\w'’])(?:[{UPPER}]|my)")
+_CAP_REST = re.compile(r"[\w\-]*(?:['’](?!s\b)[\w\-]+)*")  # a CAP after its capital
+_INNER_START = re.compile(rf"-(?:[{UPPER}]|my)")
+INNER_STARTS_SCANNED = 8
+
+
+def many_inner_starts(text: str) -> bool:
+    """Whether `text` has more than INNER_STARTS_SCANNED places where a subject can start inside a
+    word (after a hyphen): below that, finditer's rescans cost at most that many times the text."""
+    return (
+        sum(1 for _ in itertools.islice(_INNER_START.finditer(text), INNER_STARTS_SCANNED + 1)) > INNER_STARTS_SCANNED
+    )
+
+
+def skipping_matches(pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
+    """pattern.finditer(text) for a pattern of ATTRIBUTE_PATTERNS, in linear time.
+
+    A pattern starts with a subject (SUBJ or POSS) after a character that is not a letter, digit or
+    apostrophe, so also after each hyphen of "Aa-Bb-Cc-...", and a capitalized word (CAP) runs to the
+    same end from each of them: finditer rescans the rest of the word from each hyphen (quadratic in
+    its length). When the pattern fails at a capital, it fails at every later capital inside the CAP
+    that starts there (each way to match from the later one is a way from the earlier one, with the
+    same end), so those are skipped; a "my" ending the CAP (POSS's [Mm]y) is still tried."""
+    pos = 0
+    while (start := _SUBJECT_START.search(text, pos)) is not None:
+        p = start.start()
+        m = pattern.match(text, p)
+        if m is not None:
+            yield m
+            pos = m.end()  # never empty: a subject has a character
+        elif text[p] == "m":  # lower-case "my" is no CAP: nothing to skip
+            pos = p + 1
+        else:
+            end = _match_end(_CAP_REST, text, p + 1)
+            my = end - 2
+            inner_my = my > p and text[my - 1] == "-" and text[my:end] in ("my", "My")
+            pos = my if inner_my and text[end : end + 1] in (" ", "\t") else end
 
 
 def _triple(m: re.Match[str], attribute: str | None, speaker: str | None) -> tuple[str, str, str] | None:

@@ -8,7 +8,6 @@ what to do. `where` names the record in a batch ("record 3", "m.jsonl line 7").
 from __future__ import annotations
 
 import datetime as dt
-import enum
 import json
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -33,16 +32,6 @@ MIN_VECTOR_NORM = 1e-6
 MAX_TOP_K = 10_000
 MAX_METADATA_BYTES = 65_536  # a memory's metadata as UTF-8 JSON
 MAX_METADATA_DEPTH = 32  # nesting of objects and arrays in metadata
-
-
-class Omitted(enum.Enum):
-    """The default of an argument whose absence means "the configured default" (the tenant of a
-    query): None is a value, and an explicit None tenant is an error, not the default tenant."""
-
-    OMITTED = "omitted"
-
-
-OMITTED = Omitted.OMITTED
 
 
 def encodable(text: str) -> bool:
@@ -90,19 +79,23 @@ def tenant(value: object, where: str | None = None) -> str:
     """A tenant that can be set as a transaction's tenant (memoria.tenant). Every path that takes a
     tenant (store, store_many, query, the CLI, the graph functions) checks it here: an empty or
     non-string tenant is an error, never the default tenant."""
-    prefix = f"{where}: " if where else ""
+    if where is not None:  # a record's field: clean_text's messages, naming the record
+        if not isinstance(value, str):
+            raise InputError(f"{where}: tenant must be a non-empty string, got {type(value).__name__}")
+        return clean_text(value, "tenant", where, MAX_TENANT_CHARS)
     if not isinstance(value, str):
-        raise InputError(f"{prefix}tenant must be a non-empty string, got {type(value).__name__}")
+        raise InputError(f"tenant must be a non-empty string, got {type(value).__name__}")
     if not value.strip() or "\x00" in value or not encodable(value):
-        raise InputError(f"{prefix}tenant must be a non-empty string of valid UTF-8 text without NUL bytes")
+        raise InputError("tenant must be a non-empty string of valid UTF-8 text without NUL bytes")
     if len(value) > MAX_TENANT_CHARS:
-        raise InputError(f"{prefix}tenant has {len(value)} characters; the limit is {MAX_TENANT_CHARS}")
+        raise InputError(f"tenant has {len(value)} characters; the limit is {MAX_TENANT_CHARS}")
     return value
 
 
 def tenant_or_default(value: object, default: str) -> str:
-    """The tenant given (checked), or `default` when it was omitted (OMITTED)."""
-    return default if value is OMITTED else tenant(value)
+    """The tenant given (checked), or `default` when it was omitted (None): "", 0 or False is an
+    error, never the default tenant."""
+    return default if value is None else tenant(value)
 
 
 def memory_type(value: str | None, known: Collection[str], where: str | None = None) -> str | None:
@@ -138,7 +131,7 @@ def requested_workers(names: Sequence[str] | None, known: Collection[str]) -> tu
 
 def top_k(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOP_K:
-        raise InputError(f"top_k must be an integer from 1 to {MAX_TOP_K:,}, got {value!r}")
+        raise InputError(f"top_k must be a positive integer (at most {MAX_TOP_K:,}), got {value!r}")
     return value
 
 
@@ -151,29 +144,32 @@ def count(value: object, what: str) -> int:
 
 def vector(value: object, dim: int, what: str) -> np.ndarray:
     """`dim` finite numbers (not strings or booleans) with a norm of at least MIN_VECTOR_NORM,
-    scaled to unit length in float64 and returned as float32: cosine distance ignores the length, and
-    a unit vector's float32 norm cannot underflow."""
+    scaled to unit length in float64 (unless it has unit length already) and returned as float32:
+    cosine distance ignores the length, and a unit vector's float32 norm cannot underflow."""
     if isinstance(value, (str, bytes, Mapping)):
-        raise InputError(f"{what} must be a list of {dim} numbers, got {type(value).__name__}")
+        raise InputError(f"{what} must be a list of numbers ({dim}), got {type(value).__name__}")
     try:
         array = np.asarray(value)
     except (TypeError, ValueError):
-        raise InputError(f"{what} must be a list of {dim} numbers") from None
+        raise InputError(f"{what} must be a list of numbers ({dim})") from None
     if array.dtype.kind not in "fiu" or (isinstance(value, (list, tuple)) and bool in map(type, value)):
-        raise InputError(f"{what} must be a list of {dim} numbers (not strings or booleans)")
+        raise InputError(f"{what} must be a list of numbers ({dim}, not strings or booleans)")
     if array.shape != (dim,):
         raise InputError(f"{what} has shape {array.shape}, expected ({dim},)")
     array = array.astype(np.float64)
     if not np.all(np.isfinite(array)):
-        raise InputError(f"{what} must be finite (cosine distance is undefined otherwise)")
+        raise InputError(f"{what} must be finite and non-zero (cosine distance is undefined otherwise)")
     scale = float(np.max(np.abs(array)))
     scaled = array / scale if scale > 0 else array
     length = float(np.linalg.norm(scaled))  # in [1, sqrt(dim)] unless all zero: no underflow
     if not scale * length >= MIN_VECTOR_NORM:
         raise InputError(
-            f"{what} has norm {scale * length:.3g}, below {MIN_VECTOR_NORM:g}: it has no direction to compare "
-            "(cosine distance needs a non-zero vector)"
+            f"{what} must be finite and non-zero: its norm {scale * length:.3g} is below {MIN_VECTOR_NORM:g} "
+            "(cosine distance is undefined for it)"
         )
+    if abs(scale * length - 1.0) <= 1e-6:  # unit length already (a model's): stored as given
+        given: np.ndarray = array.astype(np.float32)
+        return given
     unit: np.ndarray = (scaled / length).astype(np.float32)
     return unit
 
@@ -328,23 +324,8 @@ def _any_string(value: object, test: Callable[[str], bool]) -> bool:
 
 def moment(value: object, what: str, where: str | None = None) -> dt.datetime:
     """An aware UTC datetime from an ISO 8601 string, date or datetime (naive times are UTC): a
-    validity start, an `as_of`, a `before`."""
-    prefix = f"{where}: " if where else ""
-    if isinstance(value, str):
-        try:
-            value = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        except ValueError:
-            raise InputError(f"{prefix}{what} {value!r} is not an ISO 8601 date-time") from None
-    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
-        value = dt.datetime.combine(value, dt.time())
-    if not isinstance(value, dt.datetime):
-        raise InputError(f"{prefix}{what} must be an ISO 8601 string or datetime, got {type(value).__name__}")
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    try:
-        return value.astimezone(dt.UTC)
-    except OverflowError:
-        raise InputError(f"{prefix}{what} {value.isoformat()} is outside the range of storable times") from None
+    validity start, an `as_of`, a `before`; one that can be stored and read back (storable_time)."""
+    return storable_time(value, what, where)
 
 
 def memory_id(value: object) -> int:

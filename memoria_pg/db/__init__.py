@@ -6,11 +6,15 @@ from .database import (
     VECTOR_HELP,
     Capabilities,
     Database,
+    connect,
     detect_capabilities,
+    redact_dsn,
     require_vector,
     scalar,
     schema_current,
+    server_errors,
     set_tenant,
+    translating,
 )
 from .resources import load_sql, migrations_dir, sql_dir
 
@@ -19,12 +23,16 @@ __all__ = [
     "VECTOR_HELP",
     "Capabilities",
     "Database",
+    "connect",
     "detect_capabilities",
     "load_sql",
     "migrations_dir",
+    "redact_dsn",
     "require_vector",
     "scalar",
     "schema_current",
+    "server_errors",
     "set_tenant",
     "sql_dir",
+    "translating",
 ]

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+import datetime as dt
+import functools
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import psycopg
 import psycopg_pool
 from pgvector.psycopg import register_vector
+from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 
 from ..errors import ExtensionMissing, PoolTimeout, SchemaError, ServerError
+from .budget import QueryBudget, current_budget
 
 APP_ROLE = "memoria_app"
+RENEW_AFTER_S = 0.01  # a budgeted transaction's statement timeout is renewed once it is older
+SECRET_KEYS = ("password", "sslpassword")  # conninfo keys whose values redact_dsn masks
+P = ParamSpec("P")
+R = TypeVar("R")
 VECTOR_HELP = (
     "memoria-pg needs the pgvector extension (>= 0.8): install it on the server "
     "(Debian/Ubuntu: postgresql-NN-pgvector; managed services: enable 'vector'), "
@@ -87,11 +96,8 @@ class Database:
         self.timeout = timeout
         self._statement_timeout_ms = statement_timeout_ms
         self._ef_search = ef_search
-        try:
-            with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-                self.capabilities = detect_capabilities(conn)
-        except psycopg.OperationalError as exc:
-            raise ServerError(f"cannot connect to PostgreSQL ({_safe(dsn)}): {exc}") from exc
+        with connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            self.capabilities = detect_capabilities(conn)
         require_vector(self.capabilities)
         if not self.capabilities.schema_ready:
             raise SchemaError(
@@ -113,6 +119,7 @@ class Database:
     def _configure(self, conn: psycopg.Connection) -> None:
         conn.autocommit = True
         register_vector(conn)
+        register_readable_times(conn)
         if self.capabilities.age:
             # A no-op when the server preloads AGE; needed (and allowed) before dropping privileges.
             with contextlib.suppress(psycopg.Error):
@@ -160,7 +167,7 @@ class Database:
                 # Not a busy pool: the server refused new connections (down, restarting, full).
                 raise PoolTimeout(
                     f"no database connection within {wait:g}s: the pool cannot connect to PostgreSQL "
-                    f"({_safe(self.dsn)}); is the server running? The pool reconnects when it is back"
+                    f"({redact_dsn(self.dsn)}); is the server running? The pool reconnects when it is back"
                 ) from exc
             raise PoolTimeout(
                 f"no database connection became free within {wait:g}s "
@@ -169,17 +176,51 @@ class Database:
             ) from exc
 
     @contextlib.contextmanager
-    def transaction(self, tenant: str, *, generic_plans: bool = False) -> Iterator[psycopg.Connection]:
+    def transaction(
+        self, tenant: str, *, generic_plans: bool = False, lock_timeout_ms: int | None = None
+    ) -> Iterator[psycopg.Connection]:
         """A pooled connection inside a transaction whose row-level-security tenant is `tenant`.
 
         `generic_plans`: prepared statements run on their cached generic plan in this transaction
         (the connections otherwise force custom plans, which the workers' shard filters need), for a
         statement without a partition key parameter whose planning costs more than it gains: the
         final CTE (planning it per execution costs a quarter of its time, for the same rows).
+        `lock_timeout_ms`: how long its statements wait for a lock (default: as long as they may run).
+        Inside a query's budget (db/budget.py) its statements may run for what remains of the budget
+        (at most statement_timeout_ms), and running out of it is QueryTimeout.
         """
-        with self.connection() as conn, conn.transaction():
-            set_tenant(conn, tenant, generic_plans=generic_plans)
+        budget = current_budget()
+        if budget is None:
+            with self.connection() as conn, conn.transaction():
+                set_tenant(conn, tenant, generic_plans=generic_plans, lock_timeout_ms=lock_timeout_ms)
+                yield conn
+            return
+        wait = min(self.timeout, budget.require_ms() / 1000.0)
+        capped = wait < self.timeout
+        with budget.enforced(pool_wait_capped=capped), self.connection(timeout=wait) as conn, conn.transaction():
+            left, cap = budget.require_ms(), self._statement_timeout_ms
+            set_tenant(
+                conn,
+                tenant,
+                generic_plans=generic_plans,
+                statement_timeout_ms=min(left, cap) if cap else left,
+                lock_timeout_ms=lock_timeout_ms,
+            )
+            budget.applied()
             yield conn
+
+    def renew_budget(self, conn: psycopg.Connection) -> None:
+        """Before the next statement of a transaction opened inside a query's budget: a statement's
+        timeout counts from its own start, so once the transaction is more than RENEW_AFTER_S old its
+        timeout becomes what remains of the budget now (QueryTimeout when nothing does)."""
+        budget = current_budget()
+        if budget is not None and budget.since_applied() > RENEW_AFTER_S:
+            self._apply_budget(conn, budget)
+
+    def _apply_budget(self, conn: psycopg.Connection, budget: QueryBudget) -> None:
+        left, cap = budget.require_ms(), self._statement_timeout_ms
+        conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(min(left, cap) if cap else left),))
+        budget.applied()
 
     def close(self) -> None:
         self.pool.close()
@@ -195,23 +236,133 @@ def schema_current() -> Iterator[None]:
         raise SchemaError(
             f"the database schema is older than this library ({exc.diag.message_primary}): run `memoria-pg db upgrade`"
         ) from exc
+    except psycopg.errors.InvalidColumnReference as exc:
+        if "ON CONFLICT" not in (exc.diag.message_primary or ""):
+            raise
+        # An upsert's conflict target names a key of a later revision (0009's keys with the tenant).
+        raise SchemaError(
+            f"the database schema is older than this library ({exc.diag.message_primary}): run `memoria-pg db upgrade`"
+        ) from exc
 
 
-def set_tenant(conn: psycopg.Connection, tenant: str, *, generic_plans: bool = False) -> None:
-    """The transaction's tenant (and, with `generic_plans`, its plan cache mode) in one round trip."""
+def set_tenant(
+    conn: psycopg.Connection,
+    tenant: str,
+    *,
+    generic_plans: bool = False,
+    statement_timeout_ms: int | None = None,
+    lock_timeout_ms: int | None = None,
+) -> None:
+    """The transaction's tenant (and, when asked, its plan cache mode, statement and lock timeouts) in
+    one round trip."""
+    settings = [("memoria.tenant", tenant)]
     if generic_plans:
-        conn.execute(
-            "SELECT set_config('memoria.tenant', %s, true), set_config('plan_cache_mode', 'force_generic_plan', true)",
-            (tenant,),
-        )
-    else:
-        conn.execute("SELECT set_config('memoria.tenant', %s, true)", (tenant,))
+        settings.append(("plan_cache_mode", "force_generic_plan"))
+    if statement_timeout_ms is not None:
+        settings.append(("statement_timeout", str(statement_timeout_ms)))
+    if lock_timeout_ms is not None:
+        settings.append(("lock_timeout", str(lock_timeout_ms)))
+    calls = ", ".join(f"set_config('{name}', %s, true)" for name, _ in settings)  # names: the constants above
+    conn.execute(f"SELECT {calls}", [value for _, value in settings])
 
 
-def _safe(dsn: str) -> str:
+def redact_dsn(dsn: str) -> str:
+    """The DSN as it can be shown, its passwords masked whatever its form: a URL's user:password@, a
+    ?password= or &password= parameter, a key=value password=... with or without quotes, sslpassword.
+    libpq's own parser reads the DSN before and after masking: the masked text is shown only when it
+    parses to the same settings with every secret replaced; otherwise the settings are shown as
+    key=value conninfo with the secrets masked. A DSN libpq cannot parse is not shown at all."""
     try:
         info = psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return "invalid DSN"
-    info.pop("password", None)
-    return " ".join(f"{k}={v}" for k, v in info.items())
+    except psycopg.Error:
+        return "<a DSN libpq cannot parse, not shown>"
+    if not any(key in info for key in SECRET_KEYS):
+        return dsn
+    expected = {k: "***" if k in SECRET_KEYS else v for k, v in info.items()}
+    masked = _MASK_URL_PASSWORD.sub(r"\1***@", dsn) if _URL.match(dsn) else dsn
+    masked = _MASK_PARAMETER.sub(r"\1***", masked) if _URL.match(dsn) else _MASK_KEYWORD.sub(r"\1***", masked)
+    try:
+        if psycopg.conninfo.conninfo_to_dict(masked) == expected:
+            return masked
+    except psycopg.Error:
+        pass
+    return psycopg.conninfo.make_conninfo("", **expected)
+
+
+_URL = re.compile(r"^postgres(?:ql)?://", re.IGNORECASE)
+_MASK_URL_PASSWORD = re.compile(r"^(postgres(?:ql)?://[^/?#@]*?:)[^/?#@]*@", re.IGNORECASE)
+_MASK_PARAMETER = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
+_MASK_KEYWORD = re.compile(r"(\b(?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s']\S*)")
+
+
+def connect(dsn: str, **kwargs: Any) -> psycopg.Connection:
+    """psycopg.connect, with a failure to connect as ServerError ("cannot connect", the DSN redacted):
+    the one place a "cannot connect" message comes from."""
+    try:
+        return psycopg.connect(dsn, **kwargs)
+    except psycopg.OperationalError as exc:
+        raise ServerError(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {exc}") from exc
+
+
+def describe(exc: psycopg.Error) -> str:
+    """A one-line account of a driver error met while a connection was in use."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, psycopg.OperationalError) and (exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P"))):
+        return (
+            f"the connection to PostgreSQL failed while in use ({message}); its transaction was rolled back, "
+            "retry once the server is back"
+        )
+    return f"PostgreSQL raised {type(exc).__name__} ({exc.sqlstate or 'no SQLSTATE'}): {message}"
+
+
+@contextlib.contextmanager
+def server_errors() -> Iterator[None]:
+    """Driver and pool errors that leave a library call become ServerError with the driver's error
+    chained (`__cause__`); memoria-pg's own errors pass unchanged."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise ServerError(describe(exc)) from exc
+
+
+def translating(method: Callable[P, R]) -> Callable[P, R]:
+    """A public method whose driver errors become ServerError (server_errors)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with server_errors():
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
+# A stored time a datetime cannot hold in the session's time zone (before the year 1 or after 9999, as
+# versions before issue 15's fix could store; validation keeps new times a day inside) reads as the
+# nearest one it can hold instead of failing the read: one such memory cannot fail every query whose
+# candidates include it. Registered on every pooled connection, for both result formats.
+_EARLIEST = dt.datetime.min.replace(tzinfo=dt.UTC)
+_LATEST = dt.datetime.max.replace(tzinfo=dt.UTC)
+
+
+class ReadableTimeLoader(TimestamptzBinaryLoader):
+    def load(self, data: Any) -> dt.datetime:
+        try:
+            value: dt.datetime = super().load(data)
+        except psycopg.DataError:
+            return _EARLIEST if int.from_bytes(bytes(data), "big", signed=True) < 0 else _LATEST  # since 2000
+        return value
+
+
+class ReadableTimeTextLoader(TimestamptzLoader):
+    def load(self, data: Any) -> dt.datetime:
+        try:
+            value: dt.datetime = super().load(data)
+        except psycopg.DataError:
+            return _EARLIEST if b"BC" in bytes(data) or bytes(data) == b"-infinity" else _LATEST
+        return value
+
+
+def register_readable_times(context: psycopg.Connection | psycopg.Cursor[Any]) -> None:
+    """timestamptz results of `context` (a connection or a cursor) through the readable-time loaders."""
+    context.adapters.register_loader("timestamptz", ReadableTimeLoader)
+    context.adapters.register_loader("timestamptz", ReadableTimeTextLoader)

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 
 import psycopg
 
+from ..core import validation
 from ..errors import SchemaError
 from .database import scalar
 
@@ -84,7 +85,9 @@ def _counts(conn: psycopg.Connection, query: str) -> dict[str, int]:
 
 @contextlib.contextmanager
 def _as_tenant(conn: psycopg.Connection, tenant: str) -> Iterator[None]:
-    """A transaction (or savepoint) whose memoria.tenant is `tenant`; the caller's is restored after."""
+    """A transaction (or savepoint) whose memoria.tenant is `tenant`; the caller's is restored after.
+    An empty or non-string tenant is an InputError (the functions would refuse it as "not set")."""
+    validation.tenant(tenant)
     with conn.transaction():
         previous = scalar(conn, "SELECT current_setting('memoria.tenant', true)")
         conn.execute("SELECT set_config('memoria.tenant', %s, true)", (tenant,))

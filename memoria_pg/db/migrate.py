@@ -6,12 +6,11 @@ import io
 from collections.abc import Sequence
 from typing import TextIO
 
-import psycopg
 from alembic import command
 from alembic.config import Config as AlembicConfig
 
-from ..errors import ExtensionMissing, ServerError
-from .database import VECTOR_HELP, scalar
+from ..errors import ExtensionMissing
+from .database import VECTOR_HELP, connect, scalar
 from .resources import migrations_dir
 
 
@@ -34,11 +33,12 @@ def upgrade(dsn: str, revision: str = "head", *, memory_types: tuple[str, ...] =
 
 
 def downgrade(dsn: str, revision: str = "base") -> None:
+    connect(dsn, autocommit=True, connect_timeout=10).close()  # "cannot connect" before Alembic starts
     command.downgrade(alembic_config(dsn), revision)
 
 
 def current(dsn: str) -> str | None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with connect(dsn, autocommit=True) as conn:
         if scalar(conn, "SELECT to_regclass('public.alembic_version')") is None:
             return None
         row = conn.execute("SELECT version_num FROM public.alembic_version").fetchone()
@@ -59,16 +59,13 @@ def add_memory_type(dsn: str, name: str) -> bool:
     from ..config import valid_identifier
 
     valid_identifier(name, "memory type")
-    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+    with connect(dsn, autocommit=True) as conn, conn.transaction():
         return bool(scalar(conn, "SELECT memoria.add_memory_type(%s)", (name,)))
 
 
 def _check_vector(dsn: str) -> None:
-    try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-            row = conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone()
-    except psycopg.OperationalError as exc:
-        raise ServerError(f"cannot connect to PostgreSQL: {exc}") from exc
+    with connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        row = conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone()
     if row is None:
         raise ExtensionMissing(VECTOR_HELP)
 

@@ -48,8 +48,6 @@ def coerce_record(raw: MemoryRecord | Mapping[str, Any], where: str) -> MemoryRe
     if "content" not in raw:
         raise InputError(f"{where}: missing required field 'content'")
     values = dict(raw)
-    if "tenant" in values:  # given: it must be a tenant (None or "" is an error, not the default tenant)
-        validation.tenant(values["tenant"], where)
     for name in ("importance", "created_at"):
         if values.get(name) is None or (isinstance(values[name], str) and values[name] == ""):
             values.pop(name, None)

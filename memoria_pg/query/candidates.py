@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -10,10 +9,10 @@ from typing import Any
 import numpy as np
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.datetime import TimestamptzBinaryLoader
 
 from ..core.types import VALID_NOW, CandidateRecord, SourceHit, Validity
 from ..db import load_sql, schema_current
+from ..db.database import register_readable_times
 from .workers import WorkerRegistry
 
 
@@ -33,8 +32,8 @@ def final_cte_params(
     weights = dict(registry.weights(method) if weights is None else weights)
     # A hit without a finite score (a NaN distance from a stored vector of zero norm) would make every
     # fused score NaN: it is left out.
-    finite = [h for source_hits in hits.values() for h in source_hits]
-    rows = [h for h in finite if math.isfinite(registry.source(h.source).fused_score(h))]
+    every = [h for source_hits in hits.values() for h in source_hits]
+    rows = [h for h in every if math.isfinite(registry.source(h.source).fused_score(h))]
     return {
         "ids": [h.memory_id for h in rows],
         "types": [h.memory_type for h in rows],
@@ -91,7 +90,7 @@ def build_candidates(
     # parsed back (the text parse was most of this statement's time). Same values: the SQL sends
     # `importance` as text, because a binary real is its float32 value, not the decimal it prints.
     with conn.cursor(row_factory=dict_row, binary=True) as cur, schema_current():
-        cur.adapters.register_loader("timestamptz", ReadableTimeLoader)  # this cursor only
+        register_readable_times(cur)  # a legacy time out of datetime's range fails no query
         rows = cur.execute(statement, params).fetchall()
     names = registry.score_names()
     return [_candidate(row, details, names) for row in rows]
@@ -128,20 +127,6 @@ def _candidate(
         base_score=base,
         retrieval_score=float(row["retrieval_score"]),
     )
-
-
-class ReadableTimeLoader(TimestamptzBinaryLoader):
-    """A stored time that a datetime cannot hold in the session's time zone (before the year 1 or after
-    9999, as versions before this one could store) reads as the nearest one it can, so that one such
-    memory cannot fail every query whose candidates include it. Validation keeps new times inside."""
-
-    def load(self, data: Any) -> dt.datetime:
-        try:
-            value: dt.datetime = super().load(data)
-        except psycopg.DataError:
-            micros = int.from_bytes(bytes(data), "big", signed=True)  # since 2000-01-01 UTC
-            return (dt.datetime.min if micros < 0 else dt.datetime.max).replace(tzinfo=dt.UTC)
-        return value
 
 
 def _vector(value: Any) -> np.ndarray | None:

@@ -43,6 +43,9 @@ class Diagnostics:
     cross_encoder_applied: bool = False
     graph_backend: str | None = None
     trace_id: int | None = None
+    # The access statistics are best effort: why a ranked query's upsert into memory_access did not
+    # happen (a lock not granted in time, the budget spent, the server), None when it did.
+    access_error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

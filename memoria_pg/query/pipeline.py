@@ -17,12 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import psycopg
 
 from ..config import Config
 from ..core import validation
 from ..core.embedding import QueryEmbedder
 from ..core.types import VALID_NOW, CandidateRecord, ProcessedQuery, Route, SourceHit, Validity
 from ..db import Database, load_sql, schema_current
+from ..db.budget import query_budget
+from ..errors import MemoriaError
 from ..ranking import RankingStage
 from .candidates import build_candidates, candidate_statement, filter_by_type, prefer_current_facts, retrieval_order
 from .diagnostics import Diagnostics
@@ -36,6 +39,7 @@ from .tracing import persist_trace
 from .workers import Worker, WorkerContext, WorkerRegistry
 
 ProcessorFactory = Callable[[Sequence[str], EntityLookup], QueryProcessor]
+ACCESS_LOCK_TIMEOUT_MS = 100  # how long the access upsert waits for a row lock (best effort)
 
 
 @dataclass(frozen=True)
@@ -94,16 +98,19 @@ class QueryPipeline:
         self.graph_backend = graph_backend
 
     def run(self, request: QueryRequest) -> QueryResponse:
+        """The query, its statements under one budget (config.query_timeout_ms, db/budget.py)."""
         t_start = time.perf_counter()
         diag = Diagnostics(path="v4" if request.v4 else "v3", graph_backend=self.graph_backend)
-        query, rows = self.process(request, diag)
-        vector = self.embed(query, request.embedding, diag)
-        if request.v4:
-            retrieval = self.retrieve(query, vector, rows, request, diag)
-        else:
-            retrieval = self.retrieve_v3(query, vector, rows, request.top_k, diag)
-        returned = self.rank(retrieval, request, diag)
-        return self.respond(retrieval, returned, request, diag, t_start)
+        with query_budget(self.config.query_timeout_ms) as budget:
+            query, rows = self.process(request, diag)
+            with budget.paused():  # the embedding may load a model: not the statements' time
+                vector = self.embed(query, request.embedding, diag)
+            if request.v4:
+                retrieval = self.retrieve(query, vector, rows, request, diag)
+            else:
+                retrieval = self.retrieve_v3(query, vector, rows, request.top_k, diag)
+            returned = self.rank(retrieval, request, diag)
+            return self.respond(retrieval, returned, request, diag, t_start)
 
     # -- query processing and embedding ---------------------------------------------------------
     def process(self, request: QueryRequest, diag: Diagnostics) -> tuple[ProcessedQuery, dict[str, int]]:
@@ -116,6 +123,7 @@ class QueryPipeline:
         with self.db.transaction(request.tenant) as conn:
             processor = self.processor_factory(self.memory_types, table_lookup(conn))
             query = processor.process(request.text, tenant=request.tenant, memory_type=request.memory_type)
+            self.db.renew_budget(conn)  # the entity lookup's time counts against the next statement
             rows = tenant_rows(conn)
         query.validity = Validity(request.as_of, request.include_invalid)
         diag.query_processing_ms = _ms(t0)
@@ -302,6 +310,7 @@ class QueryPipeline:
             vector_hits = self.registry["vector"]().run(conn, ctx)
             diag.retrieval_ms = _ms(t0)
             t1 = time.perf_counter()
+            self.db.renew_budget(conn)
             candidates = build_candidates(
                 conn,
                 {"vector": vector_hits},
@@ -350,7 +359,7 @@ class QueryPipeline:
         t0 = time.perf_counter()
         diag.returned_count = len(returned)
         if returned and request.ranking:
-            self.record_access(retrieval.query.tenant, returned)
+            diag.access_error = self.record_access(retrieval.query.tenant, returned)
         if request.trace:
             diag.total_ms = _ms(t_start)
             diag.trace_id = persist_trace(
@@ -366,9 +375,17 @@ class QueryPipeline:
             candidates=retrieval.candidates,
         )
 
-    def record_access(self, tenant: str, returned: Sequence[CandidateRecord]) -> None:
-        with self.db.transaction(tenant) as conn, schema_current():
-            conn.execute(load_sql("record_access"), {"ids": [c.memory_id for c in returned]})
+    def record_access(self, tenant: str, returned: Sequence[CandidateRecord]) -> str | None:
+        """The access statistics of the returned memories, best effort: a row lock not granted within
+        ACCESS_LOCK_TIMEOUT_MS, a spent budget or a server error leave them as they were and are
+        returned (Diagnostics.access_error), never raised: the answer is computed by then."""
+        try:
+            with self.db.transaction(tenant, lock_timeout_ms=ACCESS_LOCK_TIMEOUT_MS) as conn, schema_current():
+                conn.execute(load_sql("record_access"), {"ids": [c.memory_id for c in returned]})
+        except (psycopg.Error, MemoriaError) as exc:
+            first_line = next(iter(str(exc).strip().splitlines()), "")
+            return f"{type(exc).__name__}: {first_line}".strip()
+        return None
 
 
 def _bind(worker: Worker, ctx: WorkerContext) -> WorkerFn:

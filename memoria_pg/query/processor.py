@@ -58,7 +58,12 @@ _CUES = [(t, re.compile(p)) for t, p in MEMORY_TYPE_CUES]
 # shape fixes where it stands); an attribute of None takes the pattern's `attribute` group, and
 # "{phrase}" is the free-form attribute phrase, cut before the first word of _ATTR_STOP.
 _S = r"(?P<subject>[^\W\d_][\w\-]*(?:[ \t]+[^\W\d_][\w\-]*){0,2}?)"
-_POSS = rf"(?<![\w'’])(?P<subject>(?:{CAP}[ \t]+){{0,2}}[^\W\d_][\w\-]*)['’]s"
+# A possessive's subject does not start MAX_WORD_DEPTH characters or more inside a word: each start
+# (after every hyphen of "Aa-Bb-Cc-...") rescans the rest of the word, so a long hyphenated word would
+# cost the square of its length; with the bound it costs at most MAX_WORD_DEPTH / 2 scans of it. The
+# subjects a question names are words far shorter than that.
+MAX_WORD_DEPTH = 64
+_POSS = rf"(?<![\w'’])(?<![\w\-'’]{{{MAX_WORD_DEPTH}}})(?P<subject>(?:{CAP}[ \t]+){{0,2}}[^\W\d_][\w\-]*)['’]s"
 _A = r"(?P<phrase>[^\W\d_]+(?:['’]s)?(?:[ \t]+[^\W\d_]+(?:['’]s)?){0,2})"
 QUESTION_PATTERNS: tuple[tuple[str, str | None], ...] = (
     (rf"(?i:\bwhat(?:['’]s|[ \t]+is|[ \t]+was)[ \t]+the[ \t]+name[ \t]+of[ \t]+){_POSS}[ \t]+{_A}", "{phrase} name"),

@@ -4,12 +4,19 @@ A worker that gets no pooled connection in time (the pool timeout, capped by the
 `failed` with PoolTimeout, like any other worker failure: a failed worker never fails the query, and
 a failed vector leaves the policy unsatisfied. The query itself raises PoolTimeout only when one of
 its own statements (entity lookup, relevance pool, final CTE) cannot get a connection.
+
+A cancel reaches only the statement it was meant for: at the deadline the run decides, under its
+lock, which workers' statements to cancel; such a worker keeps its connection checked out until the
+cancel request has been answered by the server (which has then signalled the backend: a signal that
+finds it idle is dropped, one that finds the worker's statement or transaction still running ends
+it), so no other caller can be running a statement on that connection when the cancel arrives. A
+cancel that failed or was not answered in time may still arrive: that connection is closed, never
+returned to the pool.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -19,9 +26,12 @@ import psycopg
 
 from ..core.types import SourceHit
 from ..db import Database
+from ..db.budget import current_budget
 
 SUBMITTED, COMPLETED, PENDING, FAILED = "submitted", "completed", "pending", "failed"
 CANCEL_GRACE_S = 0.2  # how long to wait for cancelled statements to leave the server
+CANCEL_TIMEOUT_S = 2.0  # how long a cancel request may take to be answered
+CANCEL_WAIT_S = CANCEL_TIMEOUT_S + 1.0  # how long a worker waits for its cancel before closing its connection
 
 
 @dataclass(frozen=True)
@@ -63,14 +73,22 @@ class Scheduler:
         self._executor = cf.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="memoria-worker")
 
     def run(self, tasks: Mapping[str, WorkerFn], *, tenant: str, deadline_ms: int) -> SchedulerResult:
-        """Run every task on its own pooled connection; return at the deadline or when all ended."""
-        run = _Run(self.db, tenant, deadline_ms)
+        """Run every task on its own pooled connection; return at the deadline or when all ended.
+
+        Inside a query's budget (db/budget.py) the deadline is at most what remains of it, and so is
+        each statement's server-side ceiling (else the deadline plus a second); a budget already spent
+        is QueryTimeout."""
+        ceiling_ms = deadline_ms + 1000
+        budget = current_budget()
+        if budget is not None:
+            left = budget.require_ms()
+            deadline_ms, ceiling_ms = min(deadline_ms, left), min(ceiling_ms, left)
+        run = _Run(self.db, tenant, deadline_ms, ceiling_ms)
         futures = {self._executor.submit(run.execute, name, fn): name for name, fn in tasks.items()}
         cf.wait(futures, timeout=deadline_ms / 1000.0, return_when=cf.ALL_COMPLETED)
         states, hits, to_cancel = run.stop(tasks)
         wait_ms = (time.perf_counter() - run.start) * 1000
-        for conn in to_cancel:
-            _cancel(conn)
+        run.cancel(to_cancel)
         if to_cancel:
             cf.wait([f for f, n in futures.items() if states[n] == PENDING], timeout=CANCEL_GRACE_S)
         return SchedulerResult(
@@ -96,17 +114,27 @@ class Scheduler:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+@dataclass
+class _Cancel:
+    """A cancel the run decided on: `done` is set once it was sent and answered (`sent`) or failed."""
+
+    conn: psycopg.Connection
+    done: threading.Event
+    sent: bool = False
+
+
 class _Run:
     """The shared state of one `Scheduler.run`: what each worker thread records under the lock
     until the run stops (at the deadline or when all ended); nothing is recorded after that."""
 
-    def __init__(self, db: Database, tenant: str, deadline_ms: int) -> None:
-        self.db, self.tenant, self.deadline_ms = db, tenant, deadline_ms
+    def __init__(self, db: Database, tenant: str, deadline_ms: int, ceiling_ms: int) -> None:
+        self.db, self.tenant, self.deadline_ms, self.ceiling_ms = db, tenant, deadline_ms, ceiling_ms
         self.states: dict[str, str] = {}
         self.hits: dict[str, list[SourceHit]] = {}
         self.errors: dict[str, str] = {}
         self.worker_ms: dict[str, float] = {}
         self.conns: dict[str, psycopg.Connection] = {}
+        self.cancels: dict[str, _Cancel] = {}  # decided at the stop, under the lock
         self.lock = threading.Lock()
         self.stopped = threading.Event()
         self.start = time.perf_counter()
@@ -144,23 +172,41 @@ class _Run:
                     # lost, in one round trip.
                     conn.execute(
                         "SELECT set_config('memoria.tenant', %s, true), set_config('statement_timeout', %s, true)",
-                        (self.tenant, str(self.deadline_ms + 1000)),
+                        (self.tenant, str(self.ceiling_ms)),
                     )
                     return fn(conn)
             finally:
-                with self.lock:
-                    self.conns.pop(name, None)
+                self._release(name, conn)
 
-    def stop(
-        self, tasks: Mapping[str, WorkerFn]
-    ) -> tuple[dict[str, str], dict[str, list[SourceHit]], list[psycopg.Connection]]:
+    def _release(self, name: str, conn: psycopg.Connection) -> None:
+        """Before the connection goes back to the pool: if the run decided to cancel its statement,
+        wait until the cancel was answered; close it if the cancel failed or took too long."""
+        with self.lock:
+            self.conns.pop(name, None)
+            cancel = self.cancels.get(name)
+        if cancel is not None and not (cancel.done.wait(CANCEL_WAIT_S) and cancel.sent):
+            conn.close()  # a cancel that may still arrive must not reach the pool's next borrower
+
+    def stop(self, tasks: Mapping[str, WorkerFn]) -> tuple[dict[str, str], dict[str, list[SourceHit]], list[str]]:
         """Stop recording: the final states (unfinished ones pending), the completed sources' hits,
-        and the connections still running a statement."""
+        and the workers whose statements are still running, to be cancelled (`cancel`)."""
         with self.lock:
             self.stopped.set()
             states = {name: self.states.get(name, PENDING) for name in tasks}
             hits = {k: v for k, v in self.hits.items() if states.get(k) == COMPLETED}
-            return states, hits, list(self.conns.values())
+            self.cancels = {name: _Cancel(conn, threading.Event()) for name, conn in self.conns.items()}
+            return states, hits, list(self.cancels)
+
+    def cancel(self, names: list[str]) -> None:
+        """Cancel the statements `stop` listed; each worker holds its connection until then."""
+        try:
+            for name in names:
+                cancel = self.cancels[name]
+                cancel.sent = _cancel(cancel.conn)
+                cancel.done.set()
+        finally:
+            for cancel in self.cancels.values():
+                cancel.done.set()
 
 
 def _finish_reason(states: Mapping[str, str]) -> str:
@@ -171,6 +217,12 @@ def _finish_reason(states: Mapping[str, str]) -> str:
     return "all_completed"
 
 
-def _cancel(conn: psycopg.Connection) -> None:
-    with contextlib.suppress(Exception):  # the statement may have finished in between: nothing to cancel
-        conn.cancel_safe(timeout=2.0)
+def _cancel(conn: psycopg.Connection) -> bool:
+    """Send a cancel request; True once the server answered it. libpq waits for the server to close
+    the cancel connection, which it does after signalling the backend (libpq: "without this delay,
+    we might issue another command only to find that our cancel zaps that command")."""
+    try:
+        conn.cancel_safe(timeout=CANCEL_TIMEOUT_S)
+    except Exception:  # the connection broke, the request failed or timed out: it may still arrive
+        return False
+    return True

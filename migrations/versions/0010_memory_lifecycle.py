@@ -42,8 +42,7 @@ from pathlib import Path
 from alembic import op
 
 revision = "0010"
-# TODO(integration): "0009" once the tenant-keys migration lands; until then the chain skips it.
-down_revision = "0009" if list(Path(__file__).parent.glob("0009_*.py")) else "0008"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

@@ -1,5 +1,6 @@
 -- Entities of the new memories: upsert the entity table (in name order, for concurrent writers),
--- link memories to entities, and count co-occurrence edges in both directions.
+-- link memories to entities, and count co-occurrence edges in both directions. Every conflict target
+-- is a unique key that includes the tenant (migration 0009).
 WITH mentions AS (
     SELECT DISTINCT s.memory_id, s.memory_type, e.name, e.norm_name
     FROM stage_memories s
@@ -15,7 +16,7 @@ WITH mentions AS (
     INSERT INTO memoria.memory_entities (tenant, entity_id, memory_id, memory_type)
     SELECT current_setting('memoria.tenant'), u.id, m.memory_id, m.memory_type
     FROM mentions m JOIN upserted u USING (norm_name)
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (tenant, entity_id, memory_id) DO NOTHING
     RETURNING entity_id, memory_id
 )
 INSERT INTO memoria.entity_edges AS ed (tenant, src_id, dst_id, weight)
@@ -23,4 +24,4 @@ SELECT current_setting('memoria.tenant'), a.entity_id, b.entity_id, count(*)
 FROM links a JOIN links b ON a.memory_id = b.memory_id AND a.entity_id <> b.entity_id
 GROUP BY a.entity_id, b.entity_id
 ORDER BY a.entity_id, b.entity_id
-ON CONFLICT (src_id, dst_id) DO UPDATE SET weight = ed.weight + excluded.weight
+ON CONFLICT (tenant, src_id, dst_id) DO UPDATE SET weight = ed.weight + excluded.weight

@@ -1,0 +1,167 @@
+"""AsyncMemorySystem: the library for asyncio applications, on the one MemorySystem code path.
+
+Each call runs the synchronous MemorySystem method on a bounded thread pool of its own, so the event
+loop never waits for PostgreSQL, the connection pool or the model. There is no second pipeline: the
+same code runs, so results, errors and diagnostics are the sync ones. Why threads and not psycopg's
+async pool: a query already runs its workers concurrently on the scheduler's threads, each on its own
+pooled connection; an async copy of the pipeline would have to keep the two in step forever, for a
+hop to a thread that costs tens of microseconds against milliseconds of SQL (the benchmark is
+benchmarks/async_api.py; figures in the README's server section).
+
+The pool has `max_concurrency` threads (default: the connection pool's size, `pool_max_size`): more
+concurrent calls than that wait in the event loop, not for a connection inside PostgreSQL's pool
+(where they would count against `pool_timeout`). A call the caller cancels before it starts never
+runs; one already running finishes in its thread (a statement cannot be abandoned half-way), and its
+result is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from .config import Config
+from .core.types import ForgetResult, HistoryEvent, Memory, MemoryRecord, StoreResult
+from .query import QueryResponse
+from .system import MemorySystem
+
+T = TypeVar("T")
+
+
+class AsyncMemorySystem:
+    """The MemorySystem API as coroutines. Build one with `await AsyncMemorySystem.open(config, ...)`
+    (which starts the embedded server or opens the pool in a thread), or wrap a MemorySystem you have:
+    `AsyncMemorySystem(system)` (then closing it closes the system too unless `owns_system=False`)."""
+
+    def __init__(self, system: MemorySystem, *, max_concurrency: int | None = None, owns_system: bool = True) -> None:
+        self.system = system
+        self.max_concurrency = max(1, max_concurrency or system.config.pool_max_size)
+        self._owns_system = owns_system
+        self._executor = concurrent.futures.ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="memoria-async")
+
+    @classmethod
+    async def open(
+        cls, config: Config | None = None, *, max_concurrency: int | None = None, **options: Any
+    ) -> AsyncMemorySystem:
+        """`MemorySystem(config, **options)` built in a thread (it may start a server, migrate, connect)."""
+        system = await asyncio.to_thread(MemorySystem, config, **options)
+        return cls(system, max_concurrency=max_concurrency)
+
+    @property
+    def config(self) -> Config:
+        return self.system.config
+
+    @property
+    def memory_types(self) -> tuple[str, ...]:
+        return self.system.memory_types
+
+    async def run(self, fn: Callable[[MemorySystem], T]) -> T:
+        """`fn(system)` on the pool: for anything of the sync API that has no coroutine here."""
+        loop = asyncio.get_running_loop()
+        call = functools.partial(contextvars.copy_context().run, fn, self.system)
+        return await loop.run_in_executor(self._executor, call)
+
+    # -- ingestion -------------------------------------------------------------------------------
+    async def store(self, content: str, **fields: Any) -> int | None:
+        """MemorySystem.store: the new memory's id, or None when it was stored already."""
+        return await self.run(lambda s: s.store(content, **fields))
+
+    async def store_many(self, records: Iterable[MemoryRecord | Mapping[str, Any]], **options: Any) -> StoreResult:
+        """MemorySystem.store_many; `records` is read in the pool's thread, and so is `progress` called."""
+        return await self.run(lambda s: s.store_many(records, **options))
+
+    # -- the lifecycle (the same arguments as MemorySystem's methods) -----------------------------
+    async def get(self, memory_id: int | None = None, **options: Any) -> Memory:
+        return await self.run(lambda s: s.get(memory_id, **options))
+
+    async def list_memories(self, **options: Any) -> list[Memory]:
+        return await self.run(lambda s: s.list_memories(**options))
+
+    async def update(self, memory_id: int, **changes: Any) -> Memory:
+        return await self.run(lambda s: s.update(memory_id, **changes))
+
+    async def delete(self, memory_ids: int | Iterable[int], **options: Any) -> int:
+        return await self.run(lambda s: s.delete(memory_ids, **options))
+
+    async def forget(self, **options: Any) -> ForgetResult:
+        return await self.run(lambda s: s.forget(**options))
+
+    async def history(self, memory_id: int, **options: Any) -> list[HistoryEvent]:
+        return await self.run(lambda s: s.history(memory_id, **options))
+
+    async def invalidate(self, memory_id: int, **options: Any) -> Memory:
+        return await self.run(lambda s: s.invalidate(memory_id, **options))
+
+    async def restore(self, memory_id: int, **options: Any) -> Memory:
+        return await self.run(lambda s: s.restore(memory_id, **options))
+
+    async def erase_tenant(self, tenant: str) -> dict[str, int]:
+        return await self.run(lambda s: s.erase_tenant(tenant))
+
+    # -- queries ---------------------------------------------------------------------------------
+    async def query(
+        self,
+        text: str,
+        *,
+        tenant: str | None = None,
+        memory_type: str | None = None,
+        top_k: int | None = None,
+        embedding: Sequence[float] | np.ndarray | None = None,
+        workers: Sequence[str] | None = None,
+        ranking: bool | None = None,
+        v4: bool | None = None,
+        trace: bool | None = None,
+        **options: Any,
+    ) -> QueryResponse:
+        """MemorySystem.query (same options and diagnostics; `options` passes newer ones through)."""
+        return await self.run(
+            lambda s: s.query(
+                text,
+                tenant=tenant,
+                memory_type=memory_type,
+                top_k=top_k,
+                embedding=embedding,
+                workers=workers,
+                ranking=ranking,
+                v4=v4,
+                trace=trace,
+                **options,
+            )
+        )
+
+    async def explain(self, response: QueryResponse) -> str:
+        return await self.run(lambda s: s.explain(response))
+
+    # -- administration --------------------------------------------------------------------------
+    async def add_memory_type(self, name: str) -> bool:
+        return await self.run(lambda s: s.add_memory_type(name))
+
+    async def clear_access_statistics(self, tenant: str) -> int:
+        return await self.run(lambda s: s.clear_access_statistics(tenant))
+
+    async def readiness(self) -> dict[str, Any]:
+        """MemorySystem.readiness, in a thread of its own: a busy pool does not delay the probe."""
+        return await asyncio.to_thread(self.system.readiness)
+
+    async def load_model(self) -> None:
+        """Load the embedding model now (in a thread of its own) instead of on the first query."""
+        await asyncio.to_thread(lambda: self.system.embedder)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Wait for the calls in flight, then close the MemorySystem (when this object owns it)."""
+        await asyncio.to_thread(self._executor.shutdown, True)
+        if self._owns_system:
+            await asyncio.to_thread(self.system.close)
+
+    async def __aenter__(self) -> AsyncMemorySystem:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

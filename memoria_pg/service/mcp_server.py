@@ -1,0 +1,275 @@
+"""The MCP server (the official SDK's MCPServer): tools `remember`, `recall`, `memory_types` and the
+resource memoria://memory-types, on the same AsyncMemorySystem as the REST API.
+
+Which tenant a call acts for comes from outside the tool's arguments: over stdio, the tenant the
+process was started for (`memoria-pg mcp --tenant T`); over HTTP, the tenant the guard in front of
+/mcp resolved from the request's API key (auth.RequireTenant). No tool takes a tenant argument.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field
+
+from .. import AsyncMemorySystem, CandidateRecord, Config, Embedder, MemoriaError, __version__
+from .auth import scope_tenant
+
+T = TypeVar("T")
+
+INSTRUCTIONS = """Long-term memory for this conversation's user or agent, kept in PostgreSQL.
+Call `recall` before answering anything that may depend on what was said or learned earlier (names,
+preferences, plans, facts about people, past events, how something was done). Call `remember` for each
+new durable fact, preference, event or procedure worth keeping, one memory per call, written so it
+makes sense on its own ("Maya's favourite colour is teal", not "it is teal"). `memory_types` explains
+which memory_type to use."""
+
+TYPE_DESCRIPTIONS = {
+    "general": "Anything that fits no other type (the default).",
+    "episodic": "Something that happened, at a time: events, conversations, experiences "
+    "(e.g. 'On 3 May Maya moved to Porto').",
+    "semantic": "General knowledge and concepts, not tied to one person or moment "
+    "(e.g. 'Porto is in northern Portugal').",
+    "procedural": "How to do something: steps, workflows, habits, instructions "
+    "(e.g. 'Deploys go through the staging branch first').",
+    "preference": "Likes, dislikes, wishes and opinions of a person (e.g. 'Maya prefers tea to coffee').",
+    "fact": "A stable fact about a person or thing: names, relations, places, dates (e.g. 'Jonas is Maya's brother').",
+}
+
+
+class Remembered(BaseModel):
+    id: int | None = Field(description="The new memory's id; null when it was stored already")
+    stored: bool = Field(description="False when the same memory was already stored (nothing changed)")
+
+
+class Recalled(BaseModel):
+    id: int
+    memory_type: str
+    content: str
+    created_at: dt.datetime
+    score: float = Field(description="The final score (the list is in this order)")
+    sources: list[str] = Field(description="Which retrieval methods found it: vector, bm25, phrase, attribute, graph")
+    scores: dict[str, float] = Field(description="Each source's own score and rank")
+    explanation: dict[str, float] = Field(description="How much each ranking signal added")
+    why: str = Field(description="The same, in one line")
+
+
+class Recall(BaseModel):
+    memories: list[Recalled]
+
+
+class Forgotten(BaseModel):
+    deleted: int = Field(description="Memories deleted")
+
+
+class Updated(BaseModel):
+    id: int
+    memory_type: str
+    content: str
+    importance: float
+    status: str = Field(description="active, invalidated or superseded")
+
+
+class Event(BaseModel):
+    event: str = Field(description="stored, updated, invalidated, restored or deleted")
+    at: dt.datetime
+    detail: dict[str, Any] = Field(description="For an update, `previous`: the fields it had")
+
+
+class History(BaseModel):
+    events: list[Event]
+
+
+class MemoryType(BaseModel):
+    name: str
+    description: str
+
+
+class MemoryTypes(BaseModel):
+    types: list[MemoryType]
+
+
+def why(c: CandidateRecord) -> str:
+    found = ", ".join(
+        f"{source} ({_score_text(c.scores, source)})" if _score_text(c.scores, source) else source
+        for source in c.sources
+    )
+    signals = ", ".join(f"{k} {v:.2f}" for k, v in sorted(c.explanation.items(), key=lambda kv: -abs(kv[1]))[:4])
+    return f"found by {found or 'the relevance pool'}; score {c.final_score:.3f}" + (f" ({signals})" if signals else "")
+
+
+def _score_text(scores: dict[str, float], source: str) -> str:
+    for key in (f"{source}_distance", source, f"{source}_hops"):
+        if key in scores:
+            return f"{key} {scores[key]:.3g}"
+    return ""
+
+
+def recalled(c: CandidateRecord) -> Recalled:
+    return Recalled(
+        id=c.memory_id,
+        memory_type=c.memory_type,
+        content=c.content,
+        created_at=c.created_at,
+        score=c.final_score,
+        sources=list(c.sources),
+        scores=dict(c.scores),
+        explanation=dict(c.explanation),
+        why=why(c),
+    )
+
+
+def memory_types_of(memory: AsyncMemorySystem) -> MemoryTypes:
+    return MemoryTypes(
+        types=[
+            MemoryType(name=n, description=TYPE_DESCRIPTIONS.get(n, "A type this deployment added (`types add`)."))
+            for n in memory.memory_types
+        ]
+    )
+
+
+TenantOf = Callable[[Context], str]
+MemoryId = Annotated[int, Field(ge=1, description="A memory's id, as `recall` returned it")]
+
+
+def stdio_tenant(tenant: str) -> TenantOf:
+    return lambda ctx: tenant
+
+
+def http_tenant(ctx: Context) -> str:
+    tenant = scope_tenant(ctx.request_context.request)
+    if tenant is None:  # the guard always sets it; a request that bypassed it must not get a default
+        raise ToolError("this request carries no authenticated tenant")
+    return tenant
+
+
+def build_mcp(memory: Callable[[], AsyncMemorySystem], tenant_of: TenantOf) -> MCPServer:
+    """The MCP server; `memory` gives the (started) AsyncMemorySystem, `tenant_of` a call's tenant."""
+    server: MCPServer = MCPServer("memoria-pg", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+    _add_remember(server, memory, tenant_of)
+    _add_recall(server, memory, tenant_of)
+    _add_lifecycle(server, memory, tenant_of)
+
+    @server.tool(name="memory_types", description="The memory types and what belongs in each.")
+    async def memory_types() -> MemoryTypes:
+        return memory_types_of(memory())
+
+    @server.resource(
+        "memoria://memory-types", name="memory-types", description="The memory types", mime_type="text/markdown"
+    )
+    async def memory_types_resource() -> str:
+        return "\n".join(f"- **{t.name}**: {t.description}" for t in memory_types_of(memory()).types)
+
+    return server
+
+
+def _add_remember(server: MCPServer, memory: Callable[[], AsyncMemorySystem], tenant_of: TenantOf) -> None:
+    @server.tool(
+        name="remember",
+        description="Store one memory (a fact, preference, event or procedure worth keeping) for later recall. "
+        "Write it so it is understandable on its own. Storing the same text again changes nothing.",
+    )
+    async def remember(
+        ctx: Context,
+        content: Annotated[str, Field(description="The memory, as a self-contained sentence or short paragraph")],
+        memory_type: Annotated[
+            str | None, Field(description="general, episodic, semantic, procedural, preference or fact (memory_types)")
+        ] = None,
+        importance: Annotated[float, Field(ge=0, le=1, description="How much it matters, 0 to 1")] = 0.5,
+        context: Annotated[
+            str | None, Field(description="Optional text that situates it, e.g. the question it answers")
+        ] = None,
+        metadata: Annotated[
+            dict[str, Any] | None, Field(description="Optional JSON object, e.g. {'speaker': 'Maya'}")
+        ] = None,
+    ) -> Remembered:
+        fields: dict[str, Any] = {"tenant": tenant_of(ctx), "memory_type": memory_type, "importance": importance}
+        fields.update({k: v for k, v in (("context", context), ("metadata", metadata)) if v is not None})
+        try:
+            memory_id = await memory().store(content, **fields)
+        except MemoriaError as exc:
+            raise ToolError(str(exc)) from exc
+        return Remembered(id=memory_id, stored=memory_id is not None)
+
+
+def _add_recall(server: MCPServer, memory: Callable[[], AsyncMemorySystem], tenant_of: TenantOf) -> None:
+    @server.tool(
+        name="recall",
+        description="Search the memories for what is relevant to a question or topic. Returns the best matches "
+        "first, each with its score and why it matched (which retrieval methods found it).",
+    )
+    async def recall(
+        ctx: Context,
+        query: Annotated[str, Field(description="What to look for, as a question or keywords")],
+        memory_type: Annotated[str | None, Field(description="Only memories of this type (see memory_types)")] = None,
+        top_k: Annotated[int, Field(ge=1, le=50, description="How many memories to return")] = 5,
+    ) -> Recall:
+        try:
+            response = await memory().query(query, tenant=tenant_of(ctx), memory_type=memory_type, top_k=top_k)
+        except MemoriaError as exc:
+            raise ToolError(str(exc)) from exc
+        return Recall(memories=[recalled(c) for c in response.memories])
+
+
+def _add_lifecycle(server: MCPServer, memory: Callable[[], AsyncMemorySystem], tenant_of: TenantOf) -> None:
+    @server.tool(
+        name="forget",
+        description="Delete memories for good, by id (from `recall`): when the user asks to forget something, "
+        "or a memory is wrong. Prefer `update` to correct one.",
+    )
+    async def forget(
+        ctx: Context, memory_ids: Annotated[list[int], Field(min_length=1, description="The ids to delete")]
+    ) -> Forgotten:
+        return Forgotten(deleted=await _call(memory().delete(memory_ids, tenant=tenant_of(ctx))))
+
+    @server.tool(
+        name="update",
+        description="Correct or refine a memory (by id, from `recall`): give only what changes. Its history "
+        "keeps the previous values.",
+    )
+    async def update(
+        ctx: Context,
+        memory_id: MemoryId,
+        content: Annotated[str | None, Field(description="The corrected text")] = None,
+        memory_type: Annotated[str | None, Field(description="A new type (see memory_types)")] = None,
+        importance: Annotated[float | None, Field(ge=0, le=1, description="A new importance, 0 to 1")] = None,
+    ) -> Updated:
+        given = {"content": content, "memory_type": memory_type, "importance": importance}
+        changes = {k: v for k, v in given.items() if v is not None}
+        m = await _call(memory().update(memory_id, tenant=tenant_of(ctx), **changes))
+        return Updated(id=m.id, memory_type=m.memory_type, content=m.content, importance=m.importance, status=m.status)
+
+    @server.tool(name="history", description="What happened to a memory (by id): stored, updated, deleted...")
+    async def history(ctx: Context, memory_id: MemoryId) -> History:
+        events = await _call(memory().history(memory_id, tenant=tenant_of(ctx)))
+        return History(events=[Event(event=e.event, at=e.at, detail=e.detail) for e in events])
+
+
+async def _call(call: Awaitable[T]) -> T:
+    """A library call whose errors (with their messages) become the tool's error."""
+    try:
+        return await call
+    except MemoriaError as exc:
+        raise ToolError(str(exc)) from exc
+
+
+async def run_stdio(
+    config: Config,
+    tenant: str,
+    *,
+    embedder: Embedder | None = None,
+    quiet_stdout: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
+) -> None:
+    """`memoria-pg mcp`: MCP over stdin/stdout for `tenant`. `quiet_stdout` guards the protocol's stream
+    while the memory opens (a server it starts must not write there)."""
+    with quiet_stdout():
+        memory = await AsyncMemorySystem.open(config, embedder=embedder)
+    try:
+        await build_mcp(lambda: memory, stdio_tenant(tenant)).run_stdio_async()
+    finally:
+        await memory.close()

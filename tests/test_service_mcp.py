@@ -1,0 +1,171 @@
+"""MCP through the SDK's own client: over stdio (a `memoria-pg mcp` subprocess) and over streamable HTTP
+(/mcp of a live `memoria-pg serve`, authenticated with API keys)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+
+from tests.conftest import TEMPLATE, create_database, drop_database
+from tests.service_live import live_server, new_key
+
+Session = Callable[[Client], Awaitable[Any]]
+
+
+@pytest.fixture(scope="module")
+def mcp_db(admin_dsn, template_dsn):
+    name, dsn = create_database(admin_dsn, TEMPLATE)
+    yield dsn
+    drop_database(admin_dsn, name)
+
+
+@pytest.fixture(scope="module")
+def http_server(mcp_db):
+    tokens = {"alice": new_key(mcp_db, "alice"), "bob": new_key(mcp_db, "bob")}
+    with live_server(mcp_db, "--key-cache-seconds", "0") as live:
+        live.tokens = tokens
+        yield live
+
+
+def over_stdio(dsn: str, tenant: str, session: Session) -> Any:
+    return over_stdio_env({"MEMORIA_DSN": dsn}, tenant, session)
+
+
+def over_stdio_env(env: dict[str, str], tenant: str, session: Session) -> Any:
+    """A session with a `memoria-pg mcp --tenant T` subprocess (MEMORIA_DSN or MEMORIA_DATA_DIR in `env`)."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("MEMORIA_DSN", "MEMORIA_DATA_DIR")}
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "memoria_pg.cli", "mcp", "--tenant", tenant],
+        env={**environ, "MEMORIA_EMBEDDING_MODEL": "hash", "MEMORIA_POOL_MIN_SIZE": "1", **env},
+    )
+
+    async def run() -> Any:
+        async with Client(params) as client:
+            return await session(client)
+
+    return asyncio.run(run())
+
+
+def over_http(url: str, session: Session, token: str | None = None, **headers: str) -> Any:
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+
+    async def run() -> Any:
+        async with create_mcp_http_client(headers=headers) as http:
+            async with Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
+                return await session(client)
+
+    return asyncio.run(run())
+
+
+async def remember_and_recall(client: Client) -> dict[str, Any]:
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    stored = await client.call_tool("remember", {"content": "Maya's dog is called Rex.", "memory_type": "fact"})
+    again = await client.call_tool("remember", {"content": "Maya's dog is called Rex.", "memory_type": "fact"})
+    await client.call_tool("remember", {"content": "Jonas prefers tea to coffee.", "memory_type": "preference"})
+    recalled = await client.call_tool("recall", {"query": "what is the name of Maya's dog?", "top_k": 2})
+    typed = await client.call_tool("recall", {"query": "tea", "memory_type": "preference"})
+    bad = await client.call_tool("recall", {"query": "x", "memory_type": "nope"})
+    out_of_range = await client.call_tool("recall", {"query": "x", "top_k": 0})
+    types = await client.call_tool("memory_types", {})
+    resource = await client.read_resource("memoria://memory-types")
+    return {
+        "tools": tools,
+        "stored": stored.structured_content,
+        "again": again.structured_content,
+        "recalled": recalled.structured_content["memories"],
+        "typed": typed.structured_content["memories"],
+        "bad": (bad.is_error, bad.content[0].text),
+        "out_of_range": out_of_range.is_error,
+        "types": types.structured_content["types"],
+        "resource": resource.contents[0].text,
+    }
+
+
+def check_session(result: dict[str, Any]) -> None:
+    tools = result["tools"]
+    assert {"remember", "recall", "memory_types"} <= set(tools)
+    recall_schema = tools["recall"].input_schema
+    assert recall_schema["required"] == ["query"]
+    assert recall_schema["properties"]["top_k"]["maximum"] == 50 and recall_schema["properties"]["query"]["description"]
+    assert "tenant" not in recall_schema["properties"] and "tenant" not in tools["remember"].input_schema["properties"]
+    assert tools["recall"].output_schema and tools["recall"].description
+    assert result["stored"]["stored"] is True and result["stored"]["id"] > 0
+    assert result["again"] == {"id": None, "stored": False}
+    top = result["recalled"][0]
+    assert top["content"] == "Maya's dog is called Rex." and top["id"] == result["stored"]["id"]
+    assert "vector" in top["sources"] and top["scores"] and top["why"].startswith("found by")
+    assert [m["memory_type"] for m in result["typed"]] == ["preference"]
+    assert result["bad"][0] is True and "unknown memory_type 'nope'" in result["bad"][1]
+    assert result["out_of_range"] is True
+    names = {t["name"] for t in result["types"]}
+    assert {"general", "episodic", "semantic", "procedural", "preference", "fact"} <= names
+    assert "**preference**" in result["resource"]
+
+
+def test_mcp_over_stdio(admin_dsn, template_dsn):
+    name, dsn = create_database(admin_dsn, TEMPLATE)
+    try:
+        check_session(over_stdio(dsn, "stdio-tenant", remember_and_recall))
+        # Another tenant's process does not see them.
+        other = over_stdio(dsn, "someone-else", lambda c: c.call_tool("recall", {"query": "Maya's dog"}))
+        assert other.structured_content["memories"] == []
+    finally:
+        drop_database(admin_dsn, name)
+
+
+def test_mcp_over_http_with_a_key(http_server):
+    check_session(over_http(http_server.url, remember_and_recall, http_server.tokens["alice"]))
+    seen_by_bob = over_http(
+        http_server.url, lambda c: c.call_tool("recall", {"query": "Maya's dog"}), http_server.tokens["bob"]
+    )
+    assert seen_by_bob.structured_content["memories"] == []
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+
+
+@pytest.mark.parametrize("token", [None, "mpg_cccccccccccc_" + "C" * 43])
+def test_mcp_over_http_without_a_valid_key_is_refused(http_server, token):
+    with pytest.raises(BaseException) as raised:
+        over_http(http_server.url, lambda c: c.list_tools(), token)
+    assert _has(raised.value, MCPError)
+    with http_server.client(token, **MCP_HEADERS) as http:
+        response = http.post("/mcp", json=INITIALIZE)
+    assert response.status_code == 401 and response.headers["content-type"] == "application/problem+json"
+
+
+def test_mcp_over_http_a_tenant_key_cannot_name_another_tenant(http_server):
+    with pytest.raises(BaseException) as raised:
+        over_http(
+            http_server.url,
+            lambda c: c.call_tool("recall", {"query": "Maya"}),
+            http_server.tokens["bob"],
+            **{"X-Memoria-Tenant": "alice"},
+        )
+    assert _has(raised.value, MCPError)
+    with http_server.client(http_server.tokens["bob"], **MCP_HEADERS, **{"X-Memoria-Tenant": "alice"}) as http:
+        response = http.post("/mcp", json=INITIALIZE)
+    assert response.status_code == 403 and "own tenant" in response.json()["detail"]
+
+
+def _has(exc: BaseException, kind: type[BaseException]) -> bool:
+    if isinstance(exc, kind):
+        return True
+    return any(_has(e, kind) for e in getattr(exc, "exceptions", ()))
