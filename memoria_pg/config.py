@@ -30,6 +30,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "retrieval_deadline_ms": (1, INT4_MAX),
     "statement_timeout_ms": (0, INT4_MAX),
     "query_timeout_ms": (1, INT4_MAX),
+    "ingest_statement_timeout_ms": (0, INT4_MAX),
     "worker_limit": (1, INT4_MAX),
     "graph_candidate_limit": (1, INT4_MAX),
     "graph_fanout": (1, INT4_MAX),
@@ -142,6 +143,10 @@ class Config:
     # batches spend less per memory (README: configuration).
     ingest_batch_size: int = 2000
     ingest_writers: int = 2  # connections writing batches concurrently in store_many (1: one at a time)
+    # The statement_timeout of an ingest batch's statements (0: none). Not statement_timeout_ms, the
+    # ceiling of interactive statements: a bulk load must not fail because a batch is big or the
+    # machine busy (writers wait for each other's locks in one order, so they never deadlock).
+    ingest_statement_timeout_ms: int = 0
 
     def __post_init__(self) -> None:
         _check_types(self)

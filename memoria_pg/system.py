@@ -139,6 +139,7 @@ class MemorySystem:
             b=cfg.bm25_b,
             graph_writer=graph_writer,
             single_valued=cfg.single_valued_attributes,
+            statement_timeout_ms=cfg.ingest_statement_timeout_ms,
         )
 
     # -- lifecycle -------------------------------------------------------------------------------

@@ -37,12 +37,14 @@ class Ingestor:
         b: float,
         graph_writer: GraphWriter | None = None,
         single_valued: Sequence[str] = (),
+        statement_timeout_ms: int = 0,
     ) -> None:
         self.db = db
         self.embedder = embedder
         self.rules = rules
         self.k1, self.b = k1, b
         self.graph_writer = graph_writer
+        self.statement_timeout_ms = statement_timeout_ms  # of a batch's statements (0: none)
         # attribute names whose newer statement supersedes an older one ("favourite *": a prefix)
         self.single_valued = attribute_patterns(single_valued)
         # see _pipeline; False runs each statement on its own (profiling, or a libpq before 14)
@@ -164,6 +166,7 @@ class Ingestor:
         staged = {i for rows in by_tenant.values() for i in rows}
         late_tenants = sorted({prepared[i].tenant for i in late if i in staged})
         with self.db.connection() as conn, conn.transaction():
+            conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(self.statement_timeout_ms),))
             conn.execute(load_sql("ingest/stage"))  # several statements, no parameters: one round trip
             # One COPY per table for the whole batch; every statement below reads its tenant's rows.
             result.copy_rows += self.copy_batch(conn, prepared, [i for t in tenants for i in by_tenant[t]], late)
