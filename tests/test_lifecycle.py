@@ -154,6 +154,22 @@ def test_delete_is_all_or_nothing_and_scrubs_text_from_history(two: MemorySystem
     assert two.get(meeting, tenant="a")
 
 
+def test_removing_a_fact_resupersedes_only_single_valued_attributes(config: Config):
+    """Deleting one of three hobbies leaves the other two current (hobby is not single-valued); deleting
+    the newest home makes the one before it current again (location is)."""
+    texts = ["Alice's hobby is jazz.", "Alice's hobby is chess.", "Alice's hobby is tennis.",
+             "Alice lives in Paris.", "Alice lives in Rome.", "Alice lives in Oslo."]  # fmt: skip
+    with MemorySystem(config, embedder=HashEmbedder()) as system:
+        ids = system.store_many([
+            {"content": t, "tenant": "a", "created_at": dt.datetime(2024, 1, 1 + i, tzinfo=UTC)} for i, t in enumerate(texts)
+        ]).ids  # fmt: skip
+        system.delete([ids[2], ids[5]], tenant="a")
+        with psycopg.connect(config.dsn) as conn:
+            rows = conn.execute("SELECT value, valid_to IS NULL, superseded_by FROM memoria.memory_attributes "
+                                "WHERE tenant = 'a' ORDER BY value").fetchall()  # fmt: skip
+    assert rows == [("Paris", False, ids[4]), ("Rome", True, None), ("chess", True, None), ("jazz", True, None)]
+
+
 def test_forget_by_filter_with_dry_run(two: MemorySystem):
     preview = two.forget(tenant="a", before="2022-06-01", dry_run=True)
     assert (preview.matched, preview.deleted) == (2, 0)

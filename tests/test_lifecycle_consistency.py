@@ -26,6 +26,8 @@ SENTENCES = (
     "Bob works at Globex.", "Carol met Alice and Bob in Lisbon.", "Carol's favourite colour is teal.",
     "Carol's favourite colour is red.", "Dan moved to Paris with Carol.", "the budget meeting ran late",
     "Erin's dog is named Rex.", "Alice and Erin planned the Lisbon trip.",
+    # a multi-valued attribute: removing one of them must not end the others (0012)
+    "Erin's hobby is chess.", "Erin's hobby is jazz.", "Erin's hobby is tennis.",
 )  # fmt: skip
 QUERIES = ("where does Alice live", "Bob Globex", "Carol favourite colour", "Lisbon trip", "budget meeting")
 BASE = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)

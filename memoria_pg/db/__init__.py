@@ -16,6 +16,7 @@ from .database import (
     set_tenant,
     translating,
 )
+from .pipeline import pipelined
 from .resources import load_sql, migrations_dir, sql_dir
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "detect_capabilities",
     "load_sql",
     "migrations_dir",
+    "pipelined",
     "redact_dsn",
     "require_vector",
     "scalar",

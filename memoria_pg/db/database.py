@@ -232,7 +232,7 @@ def schema_current() -> Iterator[None]:
     older than this library (its transaction rolls back, so nothing was written)."""
     try:
         yield
-    except (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable) as exc:
+    except (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction) as exc:
         raise SchemaError(
             f"the database schema is older than this library ({exc.diag.message_primary}): run `memoria-pg db upgrade`"
         ) from exc

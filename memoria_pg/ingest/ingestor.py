@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import datetime as dt
+import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -16,7 +17,7 @@ from psycopg.types.json import Jsonb
 from ..core.embedding import Embedder, embed_memories
 from ..core.text import normalize_entity
 from ..core.types import MemoryRecord, StoreResult
-from ..db import Database, load_sql, schema_current, set_tenant
+from ..db import Database, load_sql, pipelined, schema_current, set_tenant
 from .records import Key, Prepared, RecordRules, prepare
 
 GraphWriter = Callable[[psycopg.Connection, str], None]
@@ -137,7 +138,7 @@ class Ingestor:
         runs ~8 statements per tenant; one round trip each would leave the server idle while this
         process (other threads holding the GIL) reads each result and sends the next statement.
         Errors are raised at the end of the block, as the same exceptions."""
-        return conn.pipeline() if enabled and self.pipeline else contextlib.nullcontext()
+        return pipelined(conn, enabled and self.pipeline)
 
     def write(self, prepared: list[Prepared], late: Collection[int] = ()) -> StoreResult:
         # A schema older than this library (e.g. no memories.context before 0006) raises SchemaError;
@@ -182,18 +183,29 @@ class Ingestor:
                     result.inserted += 1
         return result
 
+    def pipelined(self, conn: psycopg.Connection) -> contextlib.AbstractContextManager[Any]:
+        """Pipeline mode (when libpq has it) for a caller's run of statements (see _pipeline)."""
+        return self._pipeline(conn)
+
+    @staticmethod
+    def stage(conn: psycopg.Connection) -> None:
+        """Create (once per connection) and empty the staging tables rederive reads: statement by
+        statement, so that it can be sent in a pipeline (which takes one statement per query)."""
+        for statement in _STATEMENT_END.split(load_sql("ingest/stage")):
+            if statement.strip():
+                conn.execute(statement)
+
     def rederive(self, conn: psycopg.Connection, prepared: Sequence[Prepared], ids: Sequence[int]) -> None:
         """Write the derived rows of memories that exist already (an update): postings, BM25
         statistics, entities and co-occurrences, attributes and their supersession, the graph mirror;
-        in the caller's transaction, whose tenant is the memories' tenant."""
-        rows = list(range(len(prepared)))
-        conn.execute(load_sql("ingest/stage"))
-        self.copy_batch(conn, list(prepared), rows)
-        conn.execute("UPDATE stage_memories SET memory_id = (%s::bigint[])[row_no + 1]", (list(ids),))
-        with self._pipeline(conn):
+        in the caller's transaction, whose tenant is the memories' tenant, after `stage` (which the
+        caller may send in a pipeline with its own statements). One COPY, then one round trip."""
+        self.copy_batch(conn, list(prepared), list(range(len(prepared))))
+        with self._pipeline(conn, self.graph_writer is None):  # the graph writer reports its errors itself
+            conn.execute("UPDATE stage_memories SET memory_id = (%s::bigint[])[row_no + 1]", (list(ids),))
             conn.execute(load_sql("ingest/insert_terms"), {"k1": self.k1, "b": self.b})
             conn.execute(load_sql("ingest/insert_attributes"))
-        self._update_shared_rows(conn, [prepared[0].tenant] if prepared else [])
+            self._update_shared_rows(conn, [prepared[0].tenant] if prepared else [])
 
     def _insert_own_rows(self, conn: psycopg.Connection, tenants: Sequence[str], late_tenants: Sequence[str]) -> None:
         """Step 1, rows only this batch writes: memories (and their index entries: the bulk of the
@@ -314,6 +326,10 @@ def _by_tenant(prepared: Sequence[Prepared], result: StoreResult) -> dict[str, l
         seen.add(p.key)
         by_tenant.setdefault(p.tenant, []).append(i)
     return by_tenant
+
+
+# The end of a statement in a SQL file: a semicolon at the end of a line (a comment may follow it).
+_STATEMENT_END = re.compile(r";[ \t]*(?:--[^\n]*)?\n")
 
 
 def attribute_patterns(names: Sequence[str]) -> dict[str, list[str]]:

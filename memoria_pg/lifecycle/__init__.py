@@ -59,7 +59,7 @@ class Lifecycle:
         ids = [memory_ids] if isinstance(memory_ids, int) else list(memory_ids)
         ids = sorted({validation.memory_id(i) for i in ids})
         with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
-            return removal.delete(conn, ids, graph=self.graph)
+            return removal.delete(conn, ids, graph=self.graph, single_valued=self.ingestor.single_valued)
 
     def forget(self, tenant: str, *, memory_type: str | None, before: Any, where: dict[str, Any] | None,
                dry_run: bool) -> ForgetResult:  # fmt: skip
@@ -69,7 +69,9 @@ class Lifecycle:
         validation.memory_type(memory_type, self.ingestor.memory_types)
         with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
             ids = removal.matching(conn, memory_type=memory_type, before=before, where=where)
-            deleted = 0 if dry_run else removal.delete(conn, ids, graph=self.graph)
+            deleted = (
+                0 if dry_run else removal.delete(conn, ids, graph=self.graph, single_valued=self.ingestor.single_valued)
+            )
         return ForgetResult(matched=len(ids), deleted=deleted, ids=ids)
 
     def erase(self, tenant: str) -> dict[str, int]:

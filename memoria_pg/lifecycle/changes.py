@@ -17,7 +17,7 @@ from ..core.types import Memory, MemoryRecord
 from ..db import load_sql, scalar
 from ..errors import InputError, NotFound
 from ..ingest import Ingestor, Prepared
-from . import reads
+from . import reads, removal
 
 # Fields whose change re-derives postings, entities and attributes (the speaker in metadata resolves
 # "I" and is an entity); importance and pinned change the row only.
@@ -38,35 +38,25 @@ class Change:
         return {k: v for k, v in self.fields.items() if v is not MISSING and getattr(memory, k) != v}
 
 
-def lock(conn: psycopg.Connection, memory_id: int) -> None:
-    found = conn.execute(
-        "SELECT 1 FROM memoria.memories WHERE tenant = current_setting('memoria.tenant') AND id = %s FOR UPDATE",
-        (memory_id,),
-    ).fetchone()
-    if found is None:
-        raise NotFound(f"memory {memory_id} not found (for this tenant)")
-
-
 def update(conn: psycopg.Connection, memory_id: int, change: Change, ingestor: Ingestor, embedder: Embedder) -> None:
     """Apply `change` to the memory in the caller's transaction (tenant set): the row, its derived
     rows when the text changes, and a history entry with the previous values."""
-    lock(conn, memory_id)
-    memory = reads.fetch(conn, memory_id)
+    memory = reads.fetch(conn, memory_id, lock=True)
     changed = change.changed(memory)
     if not changed and change.embedding is None:
         return
+    previous = {k: getattr(memory, k) for k in changed}
+    detail = {"changed": sorted(changed), "previous": previous, "embedding_supplied": change.embedding is not None}
     if set(changed) & set(DERIVING) or change.embedding is not None:
         prepared = _prepared(conn, memory, change, ingestor, embedder)
-        _rewrite(conn, memory_id, prepared, ingestor)
-    else:
-        conn.execute(
-            "UPDATE memoria.memories SET importance = %s, pinned = %s "
-            "WHERE tenant = current_setting('memoria.tenant') AND id = %s",
-            (changed.get("importance", memory.importance), changed.get("pinned", memory.pinned), memory_id),
-        )
-    previous = {k: getattr(memory, k) for k in changed}
-    reads.record(conn, memory_id, "updated", {"changed": sorted(changed), "previous": previous,
-                                              "embedding_supplied": change.embedding is not None})  # fmt: skip
+        _rewrite(conn, memory_id, prepared, ingestor, detail)
+        return
+    conn.execute(
+        "UPDATE memoria.memories SET importance = %s, pinned = %s WHERE tenant = current_setting('memoria.tenant') "
+        "AND id = %s",
+        (changed.get("importance", memory.importance), changed.get("pinned", memory.pinned), memory_id),
+    )
+    reads.record(conn, memory_id, "updated", detail)
 
 
 def _prepared(conn: psycopg.Connection, memory: Memory, change: Change, ingestor: Ingestor,
@@ -94,11 +84,11 @@ def _stored_vector(conn: psycopg.Connection, memory_id: int) -> np.ndarray:
     return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
 
 
-def _rewrite(conn: psycopg.Connection, memory_id: int, prepared: Prepared, ingestor: Ingestor) -> None:
-    """Take the old version's derived rows out, write the new row, derive the new version's rows."""
-    entity_ids = scalar(conn, "SELECT memoria.remove_derived(%s, false)", ([memory_id],))
-    if ingestor.graph_writer is not None:
-        conn.execute("SELECT memoria.graph_forget(%s, %s)", ([memory_id], entity_ids))
+def _rewrite(
+    conn: psycopg.Connection, memory_id: int, prepared: Prepared, ingestor: Ingestor, detail: dict[str, Any]
+) -> None:
+    """Take the old version's derived rows out, write the new row and its history entry, derive the new
+    version's rows: three round trips (a pipeline, the stage's COPY, a pipeline), whatever the memory."""
     r = prepared.record
     params: Mapping[str, Any] = {
         "id": memory_id, "content": r.content, "context": r.context, "metadata": Jsonb(r.metadata),
@@ -106,13 +96,18 @@ def _rewrite(conn: psycopg.Connection, memory_id: int, prepared: Prepared, inges
         "dedup_key": prepared.dedup_key, "embedding": r.embedding, "doc_len": prepared.doc_len,
     }  # fmt: skip
     try:
-        with conn.transaction():  # a savepoint: the duplicate is reported, the transaction goes on failing
+        with ingestor.pipelined(conn):
+            removed = removal.remove_derived_cursor(conn, [memory_id], ingestor.single_valued, forget_usage=False)
             conn.execute(load_sql("lifecycle/rewrite"), params)
-    except psycopg.errors.UniqueViolation:
+            reads.record(conn, memory_id, "updated", detail)
+            ingestor.stage(conn)
+    except psycopg.errors.UniqueViolation:  # the whole transaction rolls back: nothing was changed
         raise InputError(
             f"memory {memory_id}: another memory of type {prepared.memory_type!r} already has this content "
             "(or external_id); update or delete that one instead"
         ) from None
+    if ingestor.graph_writer is not None:
+        conn.execute("SELECT memoria.graph_forget(%s, %s)", ([memory_id], removal.entity_ids(removed)))
     ingestor.rederive(conn, [prepared], [memory_id])
 
 

@@ -33,10 +33,14 @@ def as_memory(row: dict[str, Any], now: dt.datetime) -> Memory:
     )  # fmt: skip
 
 
-def fetch(conn: psycopg.Connection, memory_id: int | None = None, external_id: str | None = None) -> Memory:
-    """The memory of the transaction's tenant with that id (or external id); NotFound otherwise."""
+def fetch(
+    conn: psycopg.Connection, memory_id: int | None = None, external_id: str | None = None, *, lock: bool = False
+) -> Memory:
+    """The memory of the transaction's tenant with that id (or external id); NotFound otherwise.
+    `lock`: its row stays locked (FOR UPDATE) until the transaction ends."""
+    query = load_sql("lifecycle/get") + ("\nFOR UPDATE OF m" if lock else "")
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(load_sql("lifecycle/get"), {"id": memory_id, "external_id": external_id}).fetchall()
+        rows = cur.execute(query, {"id": memory_id, "external_id": external_id}).fetchall()
     what = f"memory {memory_id}" if memory_id is not None else f"memory with external_id {external_id!r}"
     if not rows:
         raise NotFound(f"{what} not found (for this tenant)")

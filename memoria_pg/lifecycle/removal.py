@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -9,7 +10,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from ..core import validation
-from ..db import load_sql, scalar
+from ..db import load_sql, pipelined, scalar
 from ..errors import NotFound
 
 # Children before parents (foreign keys); every other table of schema memoria with a tenant column is
@@ -20,21 +21,49 @@ ERASE_ORDER = (
 )  # fmt: skip
 
 
-def delete(conn: psycopg.Connection, ids: list[int], *, graph: bool, missing_ok: bool = False) -> int:
+def delete(
+    conn: psycopg.Connection, ids: list[int], *, graph: bool, single_valued: Mapping[str, list[str]],
+    missing_ok: bool = False,
+) -> int:  # fmt: skip
     """Delete the memories (of the transaction's tenant) and everything derived from them; NotFound,
-    and nothing deleted, when one of them does not exist (unless `missing_ok`)."""
+    and nothing deleted, when one of them does not exist (unless `missing_ok`). `single_valued`: the
+    attribute patterns whose facts are re-superseded (Ingestor.single_valued)."""
     if not ids:
         return 0
-    found = [r[0] for r in conn.execute(
-        "SELECT id FROM memoria.memories WHERE tenant = current_setting('memoria.tenant') AND id = ANY(%s) "
-        "ORDER BY id FOR UPDATE", (ids,)).fetchall()]  # fmt: skip
+    with pipelined(conn):  # one round trip; a missing memory raises below, and the caller rolls back
+        locked = conn.execute(
+            "SELECT id FROM memoria.memories WHERE tenant = current_setting('memoria.tenant') AND id = ANY(%s) "
+            "ORDER BY id FOR UPDATE", (ids,))  # fmt: skip
+        removed = remove_derived_cursor(conn, ids, single_valued, forget_usage=True)
+        gone = conn.execute(load_sql("lifecycle/delete"), {"ids": ids})
+    found = [r[0] for r in locked.fetchall()]
     missing = sorted(set(ids) - set(found))
     if missing and not missing_ok:
         raise NotFound(f"memories {missing} not found (for this tenant); nothing was deleted")
-    entity_ids = scalar(conn, "SELECT memoria.remove_derived(%s, true)", (found,))
     if graph:
-        conn.execute("SELECT memoria.graph_forget(%s, %s)", (found, entity_ids))
-    return len(conn.execute(load_sql("lifecycle/delete"), {"ids": found}).fetchall())
+        conn.execute("SELECT memoria.graph_forget(%s, %s)", (found, entity_ids(removed)))
+    return len(gone.fetchall())
+
+
+def remove_derived(
+    conn: psycopg.Connection, ids: list[int], single_valued: Mapping[str, list[str]], *, forget_usage: bool
+) -> list[int]:
+    """Take the memories' contribution out of every derived table (migration 0012's function); the ids
+    of the entities they mentioned (for the graph mirror)."""
+    return entity_ids(remove_derived_cursor(conn, ids, single_valued, forget_usage=forget_usage))
+
+
+def remove_derived_cursor(
+    conn: psycopg.Connection, ids: list[int], single_valued: Mapping[str, list[str]], *, forget_usage: bool
+) -> psycopg.Cursor[Any]:
+    """remove_derived's statement, its result unread (in a pipeline: read once the pipeline is synced)."""
+    params = (ids, forget_usage, single_valued["exact"], single_valued["prefixes"])
+    return conn.execute("SELECT memoria.remove_derived(%s, %s, %s::text[], %s::text[])", params)
+
+
+def entity_ids(cursor: psycopg.Cursor[Any]) -> list[int]:
+    row = cursor.fetchone()
+    return list(row[0]) if row is not None and row[0] is not None else []
 
 
 def matching(
