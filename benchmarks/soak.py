@@ -1,5 +1,14 @@
-"""Soak test: 8 query clients and 2 writers share one MemorySystem for a given duration, then the
-cancel race: short deadlines under a small pool, with ingest beside it.
+"""Soak test: 8 query clients, 2 writers and 2 changers share one MemorySystem for a given duration,
+then the cancel race: short deadlines under a small pool, with ingest beside it.
+
+The changers (issue 12, point 6) update, delete and invalidate memories while the writers ingest and
+the clients query: half of what they touch is what the writers have just acknowledged (the same
+tenants' shared rows: BM25 statistics, entities, co-occurrences), half the loaded corpus (what the
+queries read); a delete may hit a memory the other changer is updating. At the end, beside the write
+checks: no acknowledged delete left its memory behind, every memory a changer updated (and nobody
+deleted) holds the content of its last acknowledged update, a NotFound only ever met a memory that was
+deleted, and the BM25 document counts, lengths and document frequencies and the co-occurrence weights
+equal a recount from the postings and mentions.
 
 It loads a synthetic corpus (benchmarks/corpus.py, HashEmbedder vectors supplied, so no model runs),
 then runs the clients and writers concurrently and reports, per 5-second window, the operations, the
@@ -16,6 +25,7 @@ lost write, 0 otherwise.
 
     python benchmarks/soak.py --n 100000 --duration 600   # the full run (then a 60 s cancel race)
     python benchmarks/soak.py --ci                         # 2k memories for 20 s, a 15 s race (the tests run it)
+    python benchmarks/soak.py --changers 0 ...             # without the lifecycle load
 
 Loopback only: the DSN must name 127.0.0.1, ::1, localhost or a Unix socket. The database (--db-name)
 is dropped and created, and dropped again at the end unless --keep.
@@ -41,7 +51,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from memoria_pg import Config, HashEmbedder, MemorySystem, normalize
+from memoria_pg import Config, HashEmbedder, MemorySystem, NotFound, normalize
 
 DEFAULT_ADMIN_DSN = "postgresql://postgres@127.0.0.1:55432/postgres"
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -64,6 +74,12 @@ class Ledger:
     ops: list[Op] = field(default_factory=list)
     acked: dict[int, tuple[int, int]] = field(default_factory=dict)  # memory id -> (writer, seq)
     attempted: int = 0
+    loaded: list[int] = field(default_factory=list)  # the corpus's ids (the changers' other half)
+    deleted: set[int] = field(default_factory=set)  # acknowledged deletes
+    updated: dict[int, str] = field(default_factory=dict)  # memory id -> content of its last acknowledged update
+    not_found: set[int] = field(default_factory=set)  # ids a change found missing (deleted by the other one?)
+    tenant_of: dict[int, str] = field(default_factory=dict)
+    changes: collections.Counter[str] = field(default_factory=collections.Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, op: Op) -> None:
@@ -101,7 +117,7 @@ def drop_database(admin: str, name: str) -> None:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-def load(system: MemorySystem, args, world: corpus.Universe) -> float:
+def load(system: MemorySystem, args, world: corpus.Universe, ledger: Ledger) -> float:
     embedder = HashEmbedder()
     t0 = time.perf_counter()
     records = corpus.memories(
@@ -111,7 +127,16 @@ def load(system: MemorySystem, args, world: corpus.Universe) -> float:
         world=world,
         embed=lambda text: embedder.embed([normalize(text)])[0],
     )
-    result = system.store_many(records)
+    tenants: list[str] = []  # in input order, as result.ids
+
+    def tracked(rows):
+        for row in rows:
+            tenants.append(row["tenant"])
+            yield row
+
+    result = system.store_many(tracked(records))
+    ledger.loaded = [i for i in result.ids if i is not None]
+    ledger.tenant_of.update((i, t) for i, t in zip(result.ids, tenants) if i is not None)
     elapsed = time.perf_counter() - t0
     log(f"loaded {result.inserted} memories ({result.duplicates} duplicates) in {elapsed:.1f}s")
     with psycopg.connect(system.dsn, autocommit=True) as conn:
@@ -182,6 +207,7 @@ def writer(
                 for memory_id, record in zip(ids, batch):
                     if memory_id is not None:
                         ledger.acked[memory_id] = (number, record["metadata"]["soak_seq"])
+                        ledger.tenant_of[memory_id] = record["tenant"]
             ledger.record(
                 Op(
                     "write",
@@ -194,6 +220,55 @@ def writer(
             ledger.record(
                 Op("write", time.perf_counter() - start, (time.perf_counter() - t0) * 1000, error=_describe(exc))
             )
+
+
+def changer(
+    system: MemorySystem, world: corpus.Universe, args, ledger: Ledger, start: float, stop: threading.Event, number: int
+) -> None:
+    """Updates (its own ids: id % changers == number, so the last acknowledged update of an id is the one
+    that committed last), deletes (any id) and invalidations, paced at --change-interval-ms."""
+    embedder = HashEmbedder()
+    rng = random.Random(f"soak-changer-{number}")
+    texts = corpus.memories(10**9, seed=args.seed + 5000 + number, n_tenants=args.tenants, world=world)
+    seq = 0
+    while not stop.wait(args.change_interval_ms / 1000):
+        with ledger.lock:
+            recent = list(ledger.acked)[-200:]
+            pool = recent if recent and rng.random() < 0.5 else ledger.loaded
+            pool = [i for i in pool if i not in ledger.deleted]
+        roll = rng.random()
+        kind = "update" if roll < 0.6 else "delete" if roll < 0.9 else "invalidate"
+        if kind != "delete":
+            pool = [i for i in pool if i % args.changers == number]
+        if not pool:
+            continue
+        memory_id = rng.choice(pool)
+        tenant = ledger.tenant_of[memory_id]
+        seq += 1
+        content = f"{next(texts)['content']} [soak change c{number} #{seq}]"
+        t0 = time.perf_counter()
+        error = None
+        try:
+            if kind == "update":
+                system.update(memory_id, tenant=tenant, content=content,
+                              embedding=embedder.embed([normalize(content)])[0])  # fmt: skip
+            elif kind == "delete":
+                system.delete(memory_id, tenant=tenant)
+            else:
+                system.invalidate(memory_id, tenant=tenant)
+            with ledger.lock:
+                ledger.changes[kind] += 1
+                if kind == "update":
+                    ledger.updated[memory_id] = content
+                elif kind == "delete":
+                    ledger.deleted.add(memory_id)
+        except NotFound:
+            with ledger.lock:
+                ledger.not_found.add(memory_id)
+                ledger.changes["not found"] += 1
+        except Exception as exc:
+            error = _describe(exc)
+        ledger.record(Op("change", time.perf_counter() - start, (time.perf_counter() - t0) * 1000, error=error))
 
 
 def _cancelled_worker(worker_errors: dict[str, str]) -> str | None:
@@ -219,6 +294,7 @@ class Phase:
     writers: int
     first_writer: int  # writer numbers (markers) start here: unique over the phases
     duration: float
+    changers: int = 0
 
 
 def run(system: MemorySystem, args, world: corpus.Universe, ledger: Ledger, phase: Phase) -> float:
@@ -227,11 +303,12 @@ def run(system: MemorySystem, args, world: corpus.Universe, ledger: Ledger, phas
     stop = threading.Event()
     start = time.perf_counter()
     writers = range(phase.first_writer, phase.first_writer + phase.writers)
-    with cf.ThreadPoolExecutor(phase.clients + phase.writers, thread_name_prefix="soak") as pool:
+    with cf.ThreadPoolExecutor(phase.clients + phase.writers + phase.changers, thread_name_prefix="soak") as pool:
         futures = [
             pool.submit(query_client, system, queries, vectors, ledger, start, stop, c) for c in range(phase.clients)
         ]
         futures += [pool.submit(writer, system, world, args, ledger, start, stop, w) for w in writers]
+        futures += [pool.submit(changer, system, world, args, ledger, start, stop, c) for c in range(phase.changers)]
         reported = 0
         while time.perf_counter() - start < phase.duration:
             time.sleep(max(0.0, min(1.0, phase.duration - (time.perf_counter() - start))))
@@ -262,7 +339,8 @@ def verify_writes(dsn: str, *ledgers: Ledger) -> dict:
             ).fetchall()
         )
     acked = {memory_id: f"({w},{s})" for memory_id, (w, s) in ledger.acked.items()}
-    lost = sorted(set(acked) - set(stored))
+    deleted = set().union(*(one.deleted for one in ledgers))
+    lost = sorted(set(acked) - set(stored) - deleted)
     phantoms = sorted(set(stored) - set(acked))
     mismatched = sorted(i for i in set(acked) & set(stored) if acked[i] != stored[i])
     return {
@@ -275,6 +353,46 @@ def verify_writes(dsn: str, *ledgers: Ledger) -> dict:
         "lost_ids": lost[:20],
         "phantom_ids": phantoms[:20],
     }
+
+
+def verify_changes(dsn: str, ledger: Ledger) -> dict:
+    """The changers' acknowledged deletes and updates against the table, and every derived statistic
+    the lifecycle keeps against a recount (tenants and types together: one mismatch is one too many)."""
+    with psycopg.connect(dsn) as conn:  # the superuser: every tenant
+        ids = list(ledger.deleted | set(ledger.updated) | ledger.not_found)
+        content = dict(conn.execute("SELECT id, content FROM memoria.memories WHERE id = ANY(%s)", (ids,)).fetchall())
+        statistics = {name: conn.execute(query).fetchone()[0] for name, query in RECOUNTS.items()}
+    return {
+        "resurrected": len(ledger.deleted & set(content)),
+        "stale updates": sum(content.get(i) != text for i, text in ledger.updated.items() if i not in ledger.deleted),
+        "not found but never deleted": len(ledger.not_found - ledger.deleted),
+        **statistics,
+    }
+
+
+# Rows of the derived tables that differ from a recount from what they derive from.
+RECOUNTS = {
+    "bm25_docs off": """
+        SELECT count(*) FROM memoria.bm25_docs d FULL JOIN (
+            SELECT tenant, memory_type, count(*) AS n, sum(doc_len) AS len FROM memoria.memories
+            GROUP BY tenant, memory_type) m USING (tenant, memory_type)
+        WHERE (d.n_docs, d.sum_len) IS DISTINCT FROM (m.n, m.len)""",
+    "bm25_terms off": """
+        SELECT count(*) FROM memoria.bm25_terms b FULL JOIN (
+            SELECT tenant, memory_type, term, count(*) AS n FROM memoria.memory_terms
+            GROUP BY tenant, memory_type, term) t USING (tenant, memory_type, term)
+        WHERE b.df IS DISTINCT FROM t.n""",
+    "entity_edges off": """
+        SELECT count(*) FROM memoria.entity_edges e FULL JOIN (
+            SELECT a.tenant, a.entity_id AS src_id, b.entity_id AS dst_id, count(*) AS n
+            FROM memoria.memory_entities a JOIN memoria.memory_entities b
+              ON b.tenant = a.tenant AND b.memory_id = a.memory_id AND b.entity_id <> a.entity_id
+            GROUP BY 1, 2, 3) p USING (tenant, src_id, dst_id)
+        WHERE e.weight IS DISTINCT FROM p.n""",
+    "entities unmentioned": """
+        SELECT count(*) FROM memoria.entities e
+        WHERE NOT EXISTS (SELECT 1 FROM memoria.memory_entities m WHERE m.tenant = e.tenant AND m.entity_id = e.id)""",
+}
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -339,6 +457,17 @@ def report(rows: list[dict], ledger: Ledger, writes: dict | None, elapsed: float
     return "\n".join(lines)
 
 
+def change_report(ledger: Ledger, checks: dict) -> str:
+    ms = [op.ms for op in ledger.ops if op.kind == "change" and op.error is None]
+    p = percentiles(ms)
+    done = ", ".join(f"{kind} {n}" for kind, n in sorted(ledger.changes.items()))
+    return "\n".join([
+        f"changes: {sum(op.kind == 'change' for op in ledger.ops)} ({done}); p50 {p['p50']:.1f} ms, p95 {p['p95']:.1f} ms, "
+        f"errors {sum(op.kind == 'change' and op.error is not None for op in ledger.ops)}",
+        "change checks: " + ", ".join(f"{name} {n}" for name, n in checks.items()),
+    ])  # fmt: skip
+
+
 def parse_args(argv: list[str] | None = None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
@@ -353,6 +482,8 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--ci", action="store_true", help="short mode: 2,000 memories for 20 s")
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--writers", type=int, default=2)
+    p.add_argument("--changers", type=int, default=2, help="threads updating, deleting and invalidating")
+    p.add_argument("--change-interval-ms", type=float, default=50.0, help="each changer's pause between changes")
     p.add_argument("--tenants", type=int, default=10)
     p.add_argument("--queries", type=int, default=400, help="distinct queries the clients cycle through")
     p.add_argument("--pool-max-size", type=int, default=48)
@@ -373,13 +504,13 @@ def run_phases(dsn: str, args, world: corpus.Universe) -> dict:
     """Load, soak, then the cancel race on the same database; each phase's ledger and seconds."""
     config = Config(dsn=dsn, pool_min_size=2, pool_max_size=args.pool_max_size)
     phases = {
-        "soak": Phase("soak", args.clients, args.writers, 0, args.duration),
+        "soak": Phase("soak", args.clients, args.writers, 0, args.duration, args.changers),
         "race": Phase("race", args.race_clients, args.race_writers, args.writers, args.race_duration),
     }
     soak, race = Ledger(), Ledger()
     # The default memory types, and the AGE graph when the server has it.
     with MemorySystem(config, embedder=HashEmbedder(), auto_migrate=True) as system:
-        load_s = load(system, args, world)
+        load_s = load(system, args, world, soak)
         soak_s = run(system, args, world, soak, phases["soak"])
     race_s = 0.0
     if phases["race"].duration > 0:
@@ -399,8 +530,10 @@ def main(argv: list[str] | None = None) -> int:
         out = run_phases(dsn, args, world=corpus.universe(args.seed, args.tenants))
         (soak, soak_s), (race, race_s) = out["soak"], out["race"]
         writes = verify_writes(dsn, soak, race)
+        changes = verify_changes(dsn, soak)
         titles = {
-            "soak": f"soak: {args.clients} query clients, {args.writers} writers over {args.n} memories",
+            "soak": f"soak: {args.clients} query clients, {args.writers} writers, {args.changers} changers over "
+            f"{args.n} memories",
             "race": (
                 f"cancel race: {args.race_clients} query clients and {args.race_writers} writer(s) on a pool of "
                 f"{args.race_pool}, retrieval deadline {args.race_deadline_ms} ms"
@@ -412,19 +545,22 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             rows = windows(ledger.ops, seconds)
             print(report(rows, ledger, writes if name == "race" or not race.ops else None, seconds, titles[name]))
+            if name == "soak" and args.changers:
+                print(change_report(soak, changes))
             print()
             results[name] = {
                 "elapsed_s": seconds,
                 "windows": rows,
                 "errors": sum(op.error is not None for op in ledger.ops),
             }
-        errors = sum(r["errors"] for r in results.values())
+        errors = sum(r["errors"] for r in results.values()) + sum(changes.values())
         if args.json:
             payload = {
                 "args": vars(args),
                 "load_s": out["load_s"],
                 "phases": results,
                 "writes": writes,
+                "changes": {"done": dict(soak.changes), "checks": changes},
                 "errors": errors,
             }
             Path(args.json).write_text(json.dumps(payload, indent=2))

@@ -1,4 +1,7 @@
-"""The soak benchmark's short mode: 8 query clients and 2 writers for 20 s on 2k memories, then the
+"""The soak benchmark's short mode: 8 query clients, 2 writers and 2 changers (updates, deletes and
+invalidations of memories the writers have just written and the queries read: issue 12, point 6) for
+20 s on 2k memories, with no error, no resurrected delete, no stale update and every derived statistic
+equal to a recount at the end; then the
 cancel race (issue 15, point 1: a 40 ms retrieval deadline, 6 query clients and a writer on a pool of
 4) for 15 s, with no error in either phase and no lost write (benchmarks/soak.py --ci, in a database
 of its own). Before the fix the race failed queries, workers and writes with QueryCanceled."""
@@ -31,6 +34,12 @@ def test_soak_ci_has_no_errors_and_no_lost_writes(admin_dsn: str):
     assert result.stdout.rstrip().endswith("SOAK PASSED")
     assert "lost 0, unacknowledged rows 0, mismatched 0" in result.stdout
     assert "cancel race:" in result.stdout
+    assert (
+        "change checks: resurrected 0, stale updates 0, not found but never deleted 0, bm25_docs off 0, "
+        "bm25_terms off 0, entity_edges off 0, entities unmentioned 0"
+    ) in result.stdout, result.stdout
+    changes = result.stdout[result.stdout.index("changes: ") :].split("\n")[0]
+    assert "errors 0" in changes and "update " in changes and "delete " in changes, changes  # both did happen
     assert result.stdout.count("\nerrors: 0\n") == 2, result.stdout  # the soak's and the race's
     race = result.stdout[result.stdout.index("cancel race:") :]
     degraded = int(race.split("degraded (a pending or failed worker): ")[1].split()[0])
