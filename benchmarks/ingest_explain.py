@@ -23,6 +23,7 @@ import contextlib
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 
 import corpus
 import library
@@ -80,88 +81,102 @@ def main(argv: list[str] | None = None) -> int:
         "e.g. DROP INDEX memoria.memories_relevance, to see what the index costs)",
     )
     args = p.parse_args(argv)
-    names = {
-        library.sql_text(f"ingest/{path.stem}"): path.stem
-        for path in sorted((library.sql_dir() / "ingest").glob("*.sql"))
-    }
     embed = library.hash_embed()
     world = corpus.universe(7, args.tenants)  # the tenants of the stored corpus, new texts
     records = list(
         corpus.memories(args.batch * args.repeat, seed=args.seed, n_tenants=args.tenants, world=world, embed=embed)
     )
     config = Config.from_env(dsn=args.dsn, use_age=False, pool_min_size=1, pool_max_size=2)
-    runs: list[dict[str, float]] = []
-    plans: dict[str, str] = {}
     with MemorySystem(config, auto_migrate=False) as system:
-        ing = system.ingestor
-        ing.pipeline = False  # one statement at a time, to read each one's CPU
-        db = ing.db
-        state: dict = {}
+        runs, plans = metered_batches(system, records, args.batch, args.repeat, setup=args.setup, plans=args.plans)
+    print(summary(runs, args.batch, args.repeat))
+    for name, text in plans.items():
+        print(f"\n=== {name}\n{text}")
+    return 0
 
-        class _DB:
-            @contextlib.contextmanager
-            def connection(self):
-                with db.connection() as conn:
-                    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
-                    state["pid"] = pid
-                    try:
-                        with conn.transaction():
-                            if args.setup:
-                                conn.execute("RESET ROLE")
-                                for statement in args.setup:
-                                    conn.execute(statement)
-                                conn.execute("SET ROLE memoria_app")
-                            yield _MeteredConnection(conn, pid, names, state["spent"], state.get("plans"))
-                            raise _Rollback
-                    except _Rollback:
-                        pass
 
-            def __getattr__(self, name):
-                return getattr(db, name)
+def metered_batches(
+    system: MemorySystem, records: list, batch: int, repeat: int, *, setup: Sequence[str] = (), plans: bool = False
+) -> tuple[list[dict[str, float]], dict[str, str]]:
+    """Write `repeat` batches of `batch` records with the system's ingestor, one statement at a time,
+    each rolled back; per batch, each step's CPU in ms per memory (server steps by SQL file, client
+    steps marked "(client)"), and with `plans` the plans of one more batch."""
+    names = {
+        library.sql_text(f"ingest/{path.stem}"): path.stem
+        for path in sorted((library.sql_dir() / "ingest").glob("*.sql"))
+    }
+    runs: list[dict[str, float]] = []
+    plan_texts: dict[str, str] = {}
+    ing = system.ingestor
+    ing.pipeline = False  # one statement at a time, to read each one's CPU
+    db = ing.db
+    state: dict = {}
 
-        ing.db = _DB()
-        # Ingestor.write / copy_batch (named _write / _copy before the restructuring, in older checkouts)
-        write_name, copy_name = ("write", "copy_batch") if hasattr(ing, "copy_batch") else ("_write", "_copy")
-        copy = getattr(ing, copy_name)
+    class _DB:
+        @contextlib.contextmanager
+        def connection(self):
+            with db.connection() as conn:
+                pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+                state["pid"] = pid
+                try:
+                    with conn.transaction():
+                        if setup:
+                            conn.execute("RESET ROLE")
+                            for statement in setup:
+                                conn.execute(statement)
+                            conn.execute("SET ROLE memoria_app")
+                        yield _MeteredConnection(conn, pid, names, state["spent"], state.get("plans"))
+                        raise _Rollback
+                except _Rollback:
+                    pass
 
-        def metered_copy(conn, *a, **kw):
-            t0, c0 = backend_cpu_ns(state["pid"]), time.thread_time_ns()
-            try:
-                return copy(conn, *a, **kw)
-            finally:
-                state["spent"]["copy (server)"] = backend_cpu_ns(state["pid"]) - t0
-                state["spent"]["copy (client)"] = time.thread_time_ns() - c0
+        def __getattr__(self, name):
+            return getattr(db, name)
 
-        setattr(ing, copy_name, metered_copy)
-        for r in range(args.repeat + (1 if args.plans else 0)):
-            batch = records[(r % args.repeat) * args.batch : (r % args.repeat + 1) * args.batch]
-            state["spent"] = {}
-            state["plans"] = plans if r == args.repeat else None
-            c0 = time.thread_time_ns()
-            prepared = ing.prepare_batch(batch)
-            prepare_ns = time.thread_time_ns() - c0
-            c0 = time.thread_time_ns()
-            getattr(ing, write_name)(prepared)
-            write_client_ns = time.thread_time_ns() - c0
-            if r < args.repeat:
-                spent = {k: v / 1e6 / args.batch for k, v in state["spent"].items()}
-                spent["prepare (client)"] = prepare_ns / 1e6 / args.batch
-                write_ns = write_client_ns - state["spent"].get("copy (client)", 0)
-                spent["write, not COPY (client)"] = write_ns / 1e6 / args.batch
-                runs.append(spent)
+    ing.db = _DB()
+    # Ingestor.write / copy_batch (named _write / _copy before the restructuring, in older checkouts)
+    write_name, copy_name = ("write", "copy_batch") if hasattr(ing, "copy_batch") else ("_write", "_copy")
+    copy = getattr(ing, copy_name)
+
+    def metered_copy(conn, *a, **kw):
+        t0, c0 = backend_cpu_ns(state["pid"]), time.thread_time_ns()
+        try:
+            return copy(conn, *a, **kw)
+        finally:
+            state["spent"]["copy (server)"] = backend_cpu_ns(state["pid"]) - t0
+            state["spent"]["copy (client)"] = time.thread_time_ns() - c0
+
+    setattr(ing, copy_name, metered_copy)
+    for r in range(repeat + (1 if plans else 0)):
+        chunk = records[(r % repeat) * batch : (r % repeat + 1) * batch]
+        state["spent"] = {}
+        state["plans"] = plan_texts if r == repeat else None
+        c0 = time.thread_time_ns()
+        prepared = ing.prepare_batch(chunk)
+        prepare_ns = time.thread_time_ns() - c0
+        c0 = time.thread_time_ns()
+        getattr(ing, write_name)(prepared)
+        write_client_ns = time.thread_time_ns() - c0
+        if r < repeat:
+            spent = {k: v / 1e6 / batch for k, v in state["spent"].items()}
+            spent["prepare (client)"] = prepare_ns / 1e6 / batch
+            write_ns = write_client_ns - state["spent"].get("copy (client)", 0)
+            spent["write, not COPY (client)"] = write_ns / 1e6 / batch
+            runs.append(spent)
+    return runs, plan_texts
+
+
+def summary(runs: list[dict[str, float]], batch: int, repeat: int) -> str:
     keys = sorted({k for run in runs for k in run}, key=lambda k: -statistics.median(r.get(k, 0.0) for r in runs))
     med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
     server = sum(v for k, v in med.items() if "(client)" not in k)
     client = sum(v for k, v in med.items() if "(client)" in k)
-    print(
-        f"{args.batch} records a batch, {args.repeat} batches rolled back; median CPU ms per memory: "
+    lines = [
+        f"{batch} records a batch, {repeat} batches rolled back; median CPU ms per memory: "
         f"server {server:.3f} + client {client:.3f} = {server + client:.3f}"
-    )
-    for k in keys:
-        print(f"  {k:28s} {med[k]:.4f}")
-    for name, text in plans.items():
-        print(f"\n=== {name}\n{text}")
-    return 0
+    ]
+    lines += [f"  {k:28s} {med[k]:.4f}" for k in keys]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

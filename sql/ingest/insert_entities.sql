@@ -1,11 +1,15 @@
 -- Entities of the new memories: upsert the entity table (in name order, for concurrent writers),
--- link memories to entities, and count co-occurrence edges in both directions. Every conflict target
--- is a unique key that includes the tenant (migration 0009).
+-- link memories to entities with each one's place in the memory's text order (ordinal), and count
+-- co-occurrence edges in both directions between the mentions memoria.co_occurs pairs (at most
+-- three places apart: migration 0013; memoria.remove_derived subtracts the same pairs). Every conflict
+-- target is a unique key that includes the tenant (migration 0009).
 WITH mentions AS (
-    SELECT DISTINCT s.memory_id, s.memory_type, e.name, e.norm_name
+    SELECT DISTINCT ON (s.memory_id, e.norm_name) s.memory_id, s.memory_type, e.name, e.norm_name,
+           e.ordinal::smallint AS ordinal
     FROM stage_memories s
-    CROSS JOIN LATERAL unnest(s.entity_names, s.entity_norms) AS e (name, norm_name)
+    CROSS JOIN LATERAL unnest(s.entity_names, s.entity_norms) WITH ORDINALITY AS e (name, norm_name, ordinal)
     WHERE s.tenant = current_setting('memoria.tenant') AND s.memory_id IS NOT NULL
+    ORDER BY s.memory_id, e.norm_name, e.ordinal
 ), upserted AS (
     INSERT INTO memoria.entities AS en (tenant, name, norm_name)
     SELECT DISTINCT ON (norm_name) current_setting('memoria.tenant'), name, norm_name
@@ -13,15 +17,16 @@ WITH mentions AS (
     ON CONFLICT (tenant, norm_name) DO UPDATE SET name = en.name
     RETURNING en.id, en.norm_name
 ), links AS (
-    INSERT INTO memoria.memory_entities (tenant, entity_id, memory_id, memory_type)
-    SELECT current_setting('memoria.tenant'), u.id, m.memory_id, m.memory_type
+    INSERT INTO memoria.memory_entities (tenant, entity_id, memory_id, memory_type, ordinal)
+    SELECT current_setting('memoria.tenant'), u.id, m.memory_id, m.memory_type, m.ordinal
     FROM mentions m JOIN upserted u USING (norm_name)
     ON CONFLICT (tenant, entity_id, memory_id) DO NOTHING
-    RETURNING entity_id, memory_id
+    RETURNING entity_id, memory_id, ordinal
 )
 INSERT INTO memoria.entity_edges AS ed (tenant, src_id, dst_id, weight)
 SELECT current_setting('memoria.tenant'), a.entity_id, b.entity_id, count(*)
-FROM links a JOIN links b ON a.memory_id = b.memory_id AND a.entity_id <> b.entity_id
+FROM links a
+JOIN links b ON a.memory_id = b.memory_id AND a.entity_id <> b.entity_id AND memoria.co_occurs(a.ordinal, b.ordinal)
 GROUP BY a.entity_id, b.entity_id
 ORDER BY a.entity_id, b.entity_id
 ON CONFLICT (tenant, src_id, dst_id) DO UPDATE SET weight = ed.weight + excluded.weight
