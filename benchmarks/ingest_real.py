@@ -116,8 +116,19 @@ def measure(admin: str, name: str, records: list[dict[str, Any]], args: argparse
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
 
 
+def library_version() -> str:
+    """The commit of the library this process imports (PYTHONPATH may name another checkout), "+" if its
+    tree has changes."""
+    import memoria_pg
+
+    where = str(Path(memoria_pg.__file__).resolve().parent)
+    head = subprocess.run(["git", "-C", where, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", where, "status", "--porcelain", "--", "."], capture_output=True, text=True)
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
+
+
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = library_version()
     steps = sorted({k for r in results.values() for run in r["runs"] for k in run})
     med = {n: {k: statistics.median(run.get(k, 0.0) for run in r["runs"]) for k in steps} for n, r in results.items()}
     names = list(results)
