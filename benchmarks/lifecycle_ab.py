@@ -81,7 +81,7 @@ def table(results: dict[str, dict[str, list[dict[str, float]]]], rev: str) -> li
     for op in ("delete", "update"):
         a, b = results["A"][op], results["B"][op]
         ratio = statistics.median(y["ms"] / x["ms"] for x, y in zip(a, b))
-        for side, label, rows in (("A", f"before ({rev})", a), ("B", "after (working tree)", b)):
+        for label, rows in ((f"before ({rev})", a), ("after (working tree)", b)):
             ms = [r["ms"] for r in rows]
             lines.append(f"| {op} | {label} | {statistics.median(ms):.1f} | {pct(ms, 0.95):.1f} | "
                          f"{statistics.median(r['cpu'] for r in rows):.2f} | {ratio:.2f} |")  # fmt: skip
