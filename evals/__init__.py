@@ -1,4 +1,4 @@
-"""Quality evaluation of memoria-pg on public retrieval benchmarks (LoCoMo, SciFact, HotpotQA, LongMemEval).
+"""Quality evaluation of memoria-pg on public retrieval benchmarks (LoCoMo, SciFact, HotpotQA, LongMemEval, MS MARCO).
 
 Not part of the memoria-pg wheel: install it from a checkout with `pip install -e ./evals` and run
 `python -m evals` (or `memoria-pg eval`, which delegates here). `run_eval(...)` runs it;

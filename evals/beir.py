@@ -1,7 +1,10 @@
-"""BEIR-format sets (SciFact, HotpotQA): every corpus document is a memory of one tenant.
+"""BEIR-format sets (SciFact, HotpotQA, MS MARCO): every corpus document is a memory of one tenant.
 
 Memory content is the title, a blank line, then the text. Queries are those the qrels judge
-(SciFact: the 809 train queries; HotpotQA: the 103 dev questions).
+(SciFact: the 809 train queries; HotpotQA: the 103 dev questions; MS MARCO: the 43 judged TREC DL
+2019 queries of the subset). A qrels file may or may not start with a header line (MS MARCO's has
+none); its grades are kept as the queries' gains, so nDCG is graded as BEIR computes it (SciFact and
+HotpotQA judge every document 1).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from pathlib import Path
 
 from .data import Dataset, Document, Query, require
 
-QRELS = {"scifact": "qrels/train.tsv", "hotpotqa": "qrels.tsv"}
+QRELS = {"scifact": "qrels/train.tsv", "hotpotqa": "qrels.tsv", "msmarco": "qrels/test.tsv"}
 
 
 def load(root: Path, name: str) -> Dataset:
@@ -26,7 +29,13 @@ def load(root: Path, name: str) -> Dataset:
         for row in _jsonl(require(folder / "corpus.jsonl", f"{name} corpus"))
     ]
     queries = [
-        Query(query_id=str(row["_id"]), tenant=name, text=str(row["text"]), relevant=frozenset(qrels[str(row["_id"])]))
+        Query(
+            query_id=str(row["_id"]),
+            tenant=name,
+            text=str(row["text"]),
+            relevant=frozenset(qrels[str(row["_id"])]),
+            grades=dict(qrels[str(row["_id"])]),
+        )
         for row in _jsonl(require(folder / "queries.jsonl", f"{name} queries"))
         if str(row["_id"]) in qrels
     ]
@@ -39,13 +48,17 @@ def doc_content(row: dict) -> str:
     return f"{title}\n\n{text}" if title and text else (title or text)
 
 
-def read_qrels(path: Path) -> dict[str, set[str]]:
-    """query id -> corpus ids judged relevant (score > 0)."""
-    qrels: dict[str, set[str]] = {}
+def read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """query id -> {corpus id judged relevant (grade > 0): its grade}. The header line
+    (`query-id corpus-id score`) is optional: a first row whose grade is not a number is one."""
+    qrels: dict[str, dict[str, int]] = {}
     with path.open(encoding="utf-8", newline="") as f:
-        for row in csv.DictReader(f, delimiter="\t"):
-            if int(row["score"]) > 0:
-                qrels.setdefault(str(row["query-id"]), set()).add(str(row["corpus-id"]))
+        for i, row in enumerate(csv.reader(f, delimiter="\t")):
+            if not row or (i == 0 and not row[-1].strip().lstrip("-").isdigit()):
+                continue
+            query_id, doc_id, grade = row[0], row[-2], int(row[-1])
+            if grade > 0:
+                qrels.setdefault(str(query_id), {})[str(doc_id)] = grade
     return qrels
 
 

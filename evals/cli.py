@@ -119,7 +119,7 @@ def eval_command(
     keep_db: bool,
     out: Path,
 ) -> None:
-    """Measure retrieval quality on LoCoMo, SciFact, HotpotQA and LongMemEval, print the table."""
+    """Measure retrieval quality on LoCoMo, SciFact, HotpotQA, LongMemEval and MS MARCO, print the table."""
     root = ctx.find_root().obj
     dsn = dsn or (root.dsn if isinstance(root, Config) else None)
     try:

@@ -21,6 +21,7 @@ class Configuration:
     ranking: bool | None = False  # None: the Config's enable_ranking
     workers: tuple[str, ...] | None = None
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    static_weights: bool = False  # the fusion's declared weights, without the per-query shift (issue #14)
 
     def query_kwargs(self) -> dict[str, Any]:
         return {"v4": self.v4, "ranking": self.ranking, "workers": list(self.workers) if self.workers else None}
@@ -37,6 +38,11 @@ SQL_CONFIGURATIONS: tuple[Configuration, ...] = (
     ),
     Configuration("bm25", "V4, BM25 worker only, retrieval-only", workers=("bm25",)),
     Configuration("v4", "V4 retrieval-only: the route's workers, ranking off"),
+    Configuration(
+        "v4_static",
+        "V4 retrieval-only, score fusion with the declared weights only (before issue #14's per-query shift)",
+        static_weights=True,
+    ),
     Configuration(
         "v4_rrf",
         "V4 retrieval-only with reciprocal-rank fusion instead of score fusion",

@@ -17,7 +17,7 @@ from typing import Any
 from memoria_pg import MemoriaError
 
 DATA_ENV = "MEMORIA_EVAL_DATA"
-DATA_LAYOUT = "locomo/, scifact/, hotpotqa/ and longmemeval/"
+DATA_LAYOUT = "locomo/, scifact/, hotpotqa/, longmemeval/ and msmarco/"
 
 
 class DataMissing(MemoriaError):
@@ -56,6 +56,7 @@ class Query:
     relevant: frozenset[str]
     group: str = "all"  # LoCoMo category, LongMemEval question type
     answer_sessions: frozenset[str] = frozenset()  # LongMemEval only
+    grades: Mapping[str, int] = field(default_factory=dict, hash=False, compare=False)  # BEIR grades; absent: 1
 
 
 @dataclass

@@ -29,7 +29,7 @@ def ranx_means(queries: Iterable[Query], run: Run, metrics: Sequence[str]) -> di
     queries = [q for q in queries if q.relevant]
     if not queries:
         return {m: float("nan") for m in metrics}
-    qrels = Qrels({q.query_id: {doc: 1 for doc in q.relevant} for q in queries})
+    qrels = Qrels({q.query_id: {doc: q.grades.get(doc, 1) for doc in q.relevant} for q in queries})
     # Scores that strictly decrease down the list keep the run's own order (ranx sorts by score).
     scored = {
         q.query_id: {doc: float(len(ranked) - i) for i, doc in enumerate(_unique(ranked))}

@@ -46,6 +46,7 @@ MAIN_HEADERS = {
     "scifact": "SciFact nDCG@10",
     "hotpotqa": "HotpotQA nDCG@10",
     "longmemeval": "LongMemEval turn R_any@5",
+    "msmarco": "MS MARCO nDCG@10",
 }
 
 
@@ -62,6 +63,7 @@ def render_markdown(report: EvalReport) -> str:
         lines.append(f"- subset: {limits or 'none'}; Config overrides: {s.get('config_overrides') or 'none'}")
     lines.append(f"- total time: {report.seconds:.0f} s")
     lines += ["", "## Summary", "", *_summary(report), "", "## Targets", "", *_targets(report)]
+    lines += ["", "## Fusion: leave-one-set-out", "", *_fusion_protocol(report)]
     for ds in report.datasets:
         lines += ["", *_dataset_section(ds)]
     lines += ["", "## Timings (seconds)", "", *_timings(report), "", "## Configurations", ""]
@@ -117,6 +119,50 @@ def _targets(report: EvalReport) -> list[str]:
     ]
     note = ["", "Targets are set for the full development data; this run used a subset."] if subset else []
     return _table(["target", "configuration", "value", "result", "baselines"], rows) + note
+
+
+# The leave-one-set-out choice of the fusion's parameters (benchmarks/fusion_lab.py --loso writes it).
+LOSO_FILE = Path(__file__).resolve().parent.parent / "results" / "fusion" / "loso.json"
+
+
+def _fusion_protocol(report: EvalReport, path: Path = LOSO_FILE) -> list[str]:
+    """How the fusion's parameters were chosen: for each dev set, the parameters chosen on the four
+    others and that set's figure with them (in the lab, on captured hit lists), beside the final
+    parameters' figure there and in this run."""
+    if not path.exists():
+        return [f"({path} not found: run benchmarks/fusion_lab.py --loso)"]
+    loso = json.loads(path.read_text(encoding="utf-8"))
+    final = ", ".join(f"{k} {v:g}" for k, v in loso["final_params"].items())
+    rows = []
+    for name, row in loso["sets"].items():
+        ds = report.dataset(name)
+        group_metric = MAIN_METRIC[ds.kind] if ds else None
+        here = ds.result("v4") if ds else None
+        value = here.metrics.get(group_metric[0], {}).get(group_metric[1]) if here and here.status == "ok" else None
+        params = ", ".join(f"{k} {v:g}" for k, v in row["held_out_params"].items())
+        rows.append(
+            [
+                name,
+                params,
+                _fmt(row["held_out"]),
+                _fmt(row["final"]),
+                _fmt(value),
+                _fmt(row["vector"]),
+                _fmt(row["bm25"]),
+                _fmt(row["before"]),
+            ]
+        )
+    header = [
+        "held-out set",
+        "chosen on the other four",
+        "held-out figure",
+        "final (lab)",
+        "final (this run)",
+        "vector alone",
+        "BM25 alone",
+        "before #14",
+    ]
+    return [f"Family: {loso['family']}; final parameters, chosen on all five: {final}.", "", *_table(header, rows)]
 
 
 def _dataset_section(ds: DatasetResult) -> list[str]:

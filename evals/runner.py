@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from memoria_pg import Config, InputError, MemoryRecord, MemorySystem, embed_memories, normalize
+from memoria_pg.query.workers.registry import DEFAULT_WORKERS, NO_SHIFT
 
 from . import beir, locomo, longmemeval
 from .cache import EmbeddingCache, default_cache_dir, model_label
@@ -34,10 +35,10 @@ from .metrics import recall_curve, score
 from .reference import REFERENCES, reference_runs
 from .results import ConfigurationResult, DatasetResult, EvalReport
 
-DATASETS = ("locomo", "scifact", "hotpotqa", "longmemeval")
+DATASETS = ("locomo", "scifact", "hotpotqa", "longmemeval", "msmarco")
 # How many memories each query returns: the deepest metric (BEIR recall@100), and for LongMemEval
 # enough turns to rank 10 distinct sessions.
-DEPTH = {"locomo": 50, "scifact": 100, "hotpotqa": 100, "longmemeval": 100}
+DEPTH = {"locomo": 50, "scifact": 100, "hotpotqa": 100, "longmemeval": 100, "msmarco": 100}
 # Loaders take the data folder and how many turns before and after a conversation turn it is
 # stored with as its context (LoCoMo, LongMemEval; None: the loader's default; BEIR documents have
 # none).
@@ -45,6 +46,7 @@ LOADERS: dict[str, Callable[[Path, int | None], Dataset]] = {
     "locomo": lambda root, n: locomo.load(root, context_turns=locomo.CONTEXT_TURNS if n is None else n),
     "scifact": lambda root, _: beir.load(root, "scifact"),
     "hotpotqa": lambda root, _: beir.load(root, "hotpotqa"),
+    "msmarco": lambda root, _: beir.load(root, "msmarco"),
     "longmemeval": lambda root, n: longmemeval.load(root, context_turns=longmemeval.CONTEXT_TURNS if n is None else n),
 }
 Log = Callable[[str], None]
@@ -318,8 +320,11 @@ def _run_sql(
     try:
         with contextlib.ExitStack() as stack:
             target = system
-            if overrides:
-                target = stack.enter_context(_system(config.replace(**overrides), cache, ranking_error, migrate=False))
+            if overrides or conf.static_weights:
+                registry = DEFAULT_WORKERS.with_shift(NO_SHIFT) if conf.static_weights else None
+                target = stack.enter_context(
+                    _system(config.replace(**overrides), cache, ranking_error, migrate=False, registry=registry)
+                )
             reset_access_counts(target, dataset.tenants)
             run, stats = run_queries(target, conf, dataset, query_vectors, depth)
     except Unavailable as exc:
@@ -450,8 +455,10 @@ def _mean(values: Sequence[float]) -> float:
 
 
 @contextlib.contextmanager
-def _system(config: Config, cache: EmbeddingCache, ranking_error: str | None, *, migrate: bool) -> Iterator[Any]:
-    kwargs: dict[str, Any] = {"embedder": cache, "auto_migrate": migrate}
+def _system(
+    config: Config, cache: EmbeddingCache, ranking_error: str | None, *, migrate: bool, registry: Any = None
+) -> Iterator[Any]:
+    kwargs: dict[str, Any] = {"embedder": cache, "auto_migrate": migrate, "worker_registry": registry}
     if ranking_error:
         kwargs["ranking"] = False  # no pipeline: MemorySystem would fail importing it
     system = MemorySystem(config, **kwargs)

@@ -36,7 +36,13 @@ TARGETS: tuple[Target, ...] = (
     Target("scifact", ALL, "ndcg@10", 0.71, baseline="RRF 0.690"),
     Target("longmemeval", ALL, "turn_recall_any@5", 0.80, baseline="BM25 0.757"),
     Target("longmemeval", ALL, "all_sessions@5", 0.975),
+    Target("longmemeval", ALL, "turn_recall_any@5", 0.946, baseline="issue #14: the in-process RRF reference"),
 )
+# Issue #14: on every set, V4 retrieval-only against its own sources and the references, on the
+# set's main metric: (configuration compared with, allowed shortfall). "max_single" is the better
+# of the vector and BM25 workers alone.
+FUSION_CHECKS: tuple[tuple[str, float], ...] = (("max_single", 0.005), ("ref_rrf", 0.0), ("v4_static", 0.005))
+FUSION_EXACT = {"msmarco": "vector"}  # and on MS MARCO, not below the vector worker at all
 TARGET_CONFIGURATIONS = ("v4", "v4_ranking")
 
 
@@ -81,6 +87,7 @@ def check_targets(report: EvalReport) -> list[Check]:
             ok = None if value is None or math.isnan(value) else target.passes(value)
             refs = _reference_values(ds, target.group, target.metric)
             checks.append(Check(target.label, name, value, ok, "; ".join(x for x in (target.baseline, refs) if x)))
+    checks += fusion_checks(report)
     for parity in PARITY:
         for ds in report.datasets:
             group, metric = MAIN_METRIC[ds.kind]
@@ -98,6 +105,36 @@ def check_targets(report: EvalReport) -> list[Check]:
                     gap,
                     (gap <= parity.tolerance) if judged else None,
                     f"{parity.configuration} {ours:.4f}, {parity.reference} {exact:.4f}",
+                )
+            )
+    return checks
+
+
+def fusion_checks(report: EvalReport) -> list[Check]:
+    """V4 never below its best single source (within 0.005), the RRF reference, or the fusion it
+    replaced (within 0.005), on every set's main metric."""
+    checks: list[Check] = []
+    for ds in report.datasets:
+        group, metric = MAIN_METRIC[ds.kind]
+        values = {
+            r.name: r.metrics[group][metric] for r in ds.configurations if r.status == "ok" and group in r.metrics
+        }
+        if "v4" not in values:
+            continue
+        if "vector" in values and "bm25" in values:
+            values["max_single"] = max(values["vector"], values["bm25"])
+        wanted = [*FUSION_CHECKS, *(((FUSION_EXACT[ds.name], 0.0),) if ds.name in FUSION_EXACT else ())]
+        for other, slack in wanted:
+            if other not in values:
+                continue
+            label = f"{ds.name} {metric}: v4 >= {other}" + (f" - {slack:g}" if slack else "")
+            checks.append(
+                Check(
+                    label,
+                    "v4",
+                    values["v4"],
+                    values["v4"] >= values[other] - slack - 1e-12,
+                    f"{other} {values[other]:.4f}",
                 )
             )
     return checks

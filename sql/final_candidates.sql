@@ -8,15 +8,41 @@
 --            (so the last of two hits is worth half, not nothing). %(lower_better)s lists the
 --            sources whose score is a distance or a hop count. Raw scores of different sources are
 --            not comparable; normalized within each list they are.
---   'rrf':   sum over sources of weight / (rrf_k + rank) for ranks <= %(depth)s.
+--            The weights adapt to the query (issue #14), from what the lists themselves show: when
+--            the best hit of %(shift_to)s (the vector source) is a near match, its cosine distance d1
+--            below %(shift_near)s, the vector list is strong evidence and
+--                shift = least(weight of %(shift_from)s, %(shift_slope)s * (%(shift_near)s - d1))
+--            moves from %(shift_from)s's (BM25's) weight to its weight; otherwise the declared
+--            weights hold. Min-max normalization stretches every list to the same range, so without
+--            this a BM25 list that barely separates (many passages matching the same terms) counts
+--            as much as a vector list that found near-duplicates of the question. Why the distance
+--            of the best hit: it is the one signal of the lists that is on an absolute scale (a
+--            cosine of one model), and within four of the five dev sets (not HotpotQA) queries with a
+--            closer best vector hit are those where the vector source does better. The two numbers
+--            (0.3, 2.0: a BM25 weight of 0.5 falls to 0.1 at d1 = 0.1, to 0 at d1 <= 0.05) were
+--            chosen by leave-one-set-out over the five dev sets (README, "Fusion"; benchmarks/fusion_lab.py). No labels, no state:
+--            one aggregate over the hits, so the statement costs what it did.
+--   'rrf':   sum over sources of weight / (rrf_k + rank) for ranks <= %(depth)s (weights as declared).
 -- Validity (migration 0010): memories invalidated by the query time (%(as_of)s, or now) are left out,
 -- and with %(as_of)s those that did not hold yet; %(include_invalid)s keeps every one.
 WITH hits AS (
     SELECT h.*
     FROM unnest(%(ids)s::bigint[], %(types)s::text[], %(sources)s::text[], %(ranks)s::int[],
                 %(scores)s::float8[]) AS h(memory_id, memory_type, source, rank, score)
-), weights AS (
+), declared AS (
     SELECT * FROM unnest(%(weight_sources)s::text[], %(weight_values)s::float8[]) AS w(source, weight)
+), shift AS (  -- one row: how much weight the vector source's near match takes from BM25 (0 for 'rrf')
+    SELECT CASE WHEN %(method)s::text = 'score'
+                THEN least((SELECT coalesce(max(d.weight), 0) FROM declared d WHERE d.source = %(shift_from)s::text),
+                           %(shift_slope)s * greatest(0.0, %(shift_near)s - coalesce(
+                               min(h.score) FILTER (WHERE h.source = %(shift_to)s::text), %(shift_near)s)))
+                ELSE 0.0 END AS amount
+    FROM hits h
+), weights AS (
+    SELECT d.source,
+           d.weight + CASE d.source WHEN %(shift_to)s::text THEN s.amount WHEN %(shift_from)s::text THEN -s.amount
+                                    ELSE 0.0 END AS weight
+    FROM declared d CROSS JOIN shift s
 ), lists AS (  -- each hit with its weight and its source list's lowest, highest score and length
     SELECT h.*, coalesce(w.weight, 0) AS weight,
            min(h.score) OVER s AS lo, max(h.score) OVER s AS hi, count(*) OVER s AS list_len
@@ -53,7 +79,7 @@ SELECT c.memory_id, c.sources, c.scores, c.ranks, c.retrieval_score,
        a.last_accessed_at, coalesce(a.access_count, 0) AS access_count, m.embedding
 FROM capped c
 JOIN memoria.memories m ON m.id = c.memory_id AND m.memory_type = c.memory_type
-LEFT JOIN memoria.memory_access a ON a.memory_id = c.memory_id  -- no row: never returned by a ranked query
+LEFT JOIN memoria.memory_access a ON a.tenant = m.tenant AND a.memory_id = c.memory_id  -- none: never returned ranked
 WHERE m.tenant = current_setting('memoria.tenant')
   AND m.id = ANY(%(ids)s::bigint[])  -- lets the planner probe each shard's id index with the whole list
   AND (%(include_invalid)s::boolean

@@ -12,8 +12,11 @@ from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.core.types import CandidateRecord, SourceHit
 from memoria_pg.query.candidates import build_candidates, filter_by_type
 from memoria_pg.query.workers import DEFAULT_WORKERS
+from memoria_pg.query.workers.registry import NO_SHIFT
 from memoria_pg.system import MemorySystem
 
+# The normalization and the declared weights, without the per-query shift (tests/test_fusion.py tests it).
+DECLARED = DEFAULT_WORKERS.with_shift(NO_SHIFT)
 SCORE_WEIGHTS = DEFAULT_WORKERS.weights("score")
 RRF_WEIGHTS = DEFAULT_WORKERS.weights("rrf")
 
@@ -26,7 +29,7 @@ def candidates(
     system: MemorySystem, hits: dict[str, list[SourceHit]], *, tenant: str = "t", cap: int = 200, method: str = "score"
 ):
     with system.db.transaction(tenant) as conn:
-        return build_candidates(conn, hits, DEFAULT_WORKERS, cap=cap, rrf_k=60, depth=20, method=method)
+        return build_candidates(conn, hits, DECLARED, cap=cap, rrf_k=60, depth=20, method=method)
 
 
 @pytest.fixture
@@ -78,7 +81,7 @@ def test_the_final_cte_gives_the_same_candidates_on_its_generic_plan(system, fiv
     for _ in range(8):
         with system.db.transaction("t", generic_plans=True) as conn:
             assert conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()[0] == "force_generic_plan"
-            found = build_candidates(conn, hits, DEFAULT_WORKERS, cap=200, rrf_k=60, depth=20)
+            found = build_candidates(conn, hits, DECLARED, cap=200, rrf_k=60, depth=20)
         assert [(x.memory_id, x.sources, x.scores, x.retrieval_score) for x in found] == expected
     with system.db.transaction("t") as conn:  # the workers' transactions keep custom plans
         assert conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()[0] == "force_custom_plan"

@@ -28,7 +28,8 @@ def final_cte_params(
     validity: Validity = VALID_NOW,
 ) -> dict[str, Any]:
     """The final CTE's parameters: every hit as parallel arrays, and each source's weight and
-    score direction as the registry declares them (`weights` overrides the declared ones)."""
+    score direction as the registry declares them (`weights` overrides the declared ones), and the
+    registry's per-query weight shift (ConfidenceShift)."""
     weights = dict(registry.weights(method) if weights is None else weights)
     # A hit without a finite score (a NaN distance from a stored vector of zero norm) would make every
     # fused score NaN: it is left out.
@@ -47,6 +48,7 @@ def final_cte_params(
         "cap": cap,
         "method": method,
         "lower_better": registry.lower_is_better(),
+        **registry.shift.params(),
         "as_of": validity.as_of,
         "include_invalid": validity.include_invalid,
     }

@@ -5,6 +5,7 @@ accepted worker names) reads it from here, from what each source declares about 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ...config import FUSION_METHODS, Config
@@ -29,10 +30,38 @@ class RelevanceSource(Source):
     weights = FusionWeights(score=0.15, rrf=0.3)
 
 
+@dataclass(frozen=True)
+class ConfidenceShift:
+    """Score fusion's per-query weights (sql/final_candidates.sql, issue #14): when the best hit of
+    `to` (a distance source: the vector worker) is closer than `near`, `slope * (near - distance)`
+    of `from_`'s weight (at most all of it) moves to `to`'s. `slope` 0 keeps the declared weights.
+
+    `near` 0.3 and `slope` 2.0 were chosen by leave-one-set-out over the five dev sets (LoCoMo,
+    SciFact, HotpotQA, LongMemEval, MS MARCO) with benchmarks/fusion_lab.py; README, "Fusion"."""
+
+    to: str = "vector"
+    from_: str = "bm25"
+    near: float = 0.3
+    slope: float = 2.0
+
+    def params(self) -> dict[str, Any]:
+        return {"shift_to": self.to, "shift_from": self.from_, "shift_near": self.near, "shift_slope": self.slope}
+
+
+DEFAULT_SHIFT = ConfidenceShift()
+NO_SHIFT = ConfidenceShift(slope=0.0)
+
+
 class WorkerRegistry(Mapping[str, type[Worker]]):
     """Worker classes by name (in declaration order), plus the sources that are not workers."""
 
-    def __init__(self, workers: Iterable[type[Worker]], sources: Iterable[type[Source]] = (RelevanceSource,)) -> None:
+    def __init__(
+        self,
+        workers: Iterable[type[Worker]],
+        sources: Iterable[type[Source]] = (RelevanceSource,),
+        shift: ConfidenceShift = DEFAULT_SHIFT,
+    ) -> None:
+        self.shift = shift
         self._workers = {w.name: w for w in workers}
         self._sources: dict[str, type[Source]] = {**self._workers, **{s.name: s for s in sources}}
         for source in self._sources.values():
@@ -56,7 +85,13 @@ class WorkerRegistry(Mapping[str, type[Worker]]):
         merged = dict(self._workers)
         merged.update({w.name: w for w in workers})
         others = [s for name, s in self._sources.items() if name not in self._workers]
-        return WorkerRegistry(merged.values(), others)
+        return WorkerRegistry(merged.values(), others, self.shift)
+
+    def with_shift(self, shift: ConfidenceShift) -> WorkerRegistry:
+        """The same sources with other per-query weight adaptation (NO_SHIFT: the declared weights)."""
+        return WorkerRegistry(
+            self._workers.values(), [s for n, s in self._sources.items() if n not in self._workers], shift
+        )
 
     def source(self, name: str) -> type[Source]:
         try:
