@@ -8,7 +8,8 @@
 # Usage: scripts/age-server.sh [start|stop|status|dsn]
 #   start   (default) build the root if missing, initdb if missing, start the server if not
 #           running, create database `memoria`; prints exactly one line on stdout: the DSN.
-#   stop    stop the server (fast shutdown) and unmount /proc and /dev/shm in the root.
+#   stop    stop the server (fast shutdown), and its standby (scripts/standby.sh) if one runs, and
+#           unmount /proc and /dev/shm in the root.
 #   status  prints "running <pid> <port>" (exit 0), "stopped" (exit 3) or "absent" (exit 4).
 #   dsn     prints the DSN (of the running server, else of the configured port).
 #
@@ -263,6 +264,8 @@ cmd_stop() {
     else
         log "server not running"
     fi
+    # a hot standby in the same root (scripts/standby.sh) needs the mounts below: stop it first
+    if [[ -f "$(dirname "$0")/standby.sh" ]]; then bash "$(dirname "$0")/standby.sh" stop 9>&- || true; fi
     local m
     for m in "$ROOT/dev/shm" "$ROOT/proc"; do
         if mountpoint -q "$m"; then umount "$m" || log "could not unmount $m"; fi

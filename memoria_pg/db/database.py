@@ -91,19 +91,27 @@ class Database:
         timeout: float = 10.0,
         statement_timeout_ms: int = 30000,
         ef_search: int = 100,
+        capabilities: Capabilities | None = None,
     ) -> None:
+        """`capabilities`: those of the primary this server is a hot standby of (db/replicas.py): the
+        server is not probed, and the pool opens without waiting for it (it may be down)."""
         self.dsn = dsn
         self.timeout = timeout
         self._statement_timeout_ms = statement_timeout_ms
         self._ef_search = ef_search
-        with connect(dsn, autocommit=True, connect_timeout=10) as conn:
-            self.capabilities = detect_capabilities(conn)
-        require_vector(self.capabilities)
-        if not self.capabilities.schema_ready:
-            raise SchemaError(
-                "the memoria schema is not installed in this database: run `memoria-pg db upgrade` "
-                "(or MemorySystem.migrate())"
-            )
+        if capabilities is None:
+            with connect(dsn, autocommit=True, connect_timeout=10) as conn:
+                capabilities = detect_capabilities(conn)
+            require_vector(capabilities)
+            if not capabilities.schema_ready:
+                raise SchemaError(
+                    "the memoria schema is not installed in this database: run `memoria-pg db upgrade` "
+                    "(or MemorySystem.migrate())"
+                )
+            standby = False
+        else:
+            standby = True
+        self.capabilities = capabilities
         self.pool = psycopg_pool.ConnectionPool(
             dsn,
             min_size=min_size,
@@ -112,9 +120,10 @@ class Database:
             open=False,
             configure=self._configure,
             check=self._check,
-            name="memoria",
+            name="memoria-standby" if standby else "memoria",
+            kwargs={"connect_timeout": 5} if standby else None,
         )
-        self.pool.open(wait=True, timeout=max(timeout, 10.0))
+        self.pool.open(wait=not standby, timeout=max(timeout, 10.0))
 
     def _configure(self, conn: psycopg.Connection) -> None:
         conn.autocommit = True

@@ -46,6 +46,13 @@ class Diagnostics:
     # The access statistics are best effort: why a ranked query's upsert into memory_access did not
     # happen (a lock not granted in time, the budget spent, the server), None when it did.
     access_error: str | None = None
+    # The server the query's reads ran on ("primary" or "replica N (host:port)", db/replicas.py), why not
+    # a standby or why it ran again elsewhere, the time choosing it took (read-your-writes check and
+    # wait included), and the tenant's last write position it had to have replayed (None: none known).
+    server: str = "primary"
+    server_note: str | None = None
+    routing_ms: float = 0.0
+    read_your_writes_lsn: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

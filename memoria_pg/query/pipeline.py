@@ -10,6 +10,8 @@ collaborator is handed in by MemorySystem; each stage is a method a caller may r
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as dt
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +26,8 @@ from ..core import validation
 from ..core.embedding import QueryEmbedder
 from ..core.types import VALID_NOW, CandidateRecord, ProcessedQuery, Route, SourceHit, Validity
 from ..db import Database, load_sql, schema_current
-from ..db.budget import query_budget
+from ..db.budget import current_budget, query_budget
+from ..db.replicas import ReadRouter, ReadTarget, Replica, ReplicaFailed, lsn_text, server_failure
 from ..errors import MemoriaError
 from ..ranking import RankingStage
 from .candidates import build_candidates, candidate_statement, filter_by_type, prefer_current_facts, retrieval_order
@@ -40,6 +43,8 @@ from .workers import Worker, WorkerContext, WorkerRegistry
 
 ProcessorFactory = Callable[[Sequence[str], EntityLookup], QueryProcessor]
 ACCESS_LOCK_TIMEOUT_MS = 100  # how long the access upsert waits for a row lock (best effort)
+# The server the running query reads from (QueryPipeline.read_db): set by `run` for its reads only.
+_READ_DB: contextvars.ContextVar[Database | None] = contextvars.ContextVar("memoria_read_db", default=None)
 
 
 @dataclass(frozen=True)
@@ -85,8 +90,10 @@ class QueryPipeline:
         registry: WorkerRegistry,
         ranking: RankingStage | None,
         graph_backend: str,
+        reads: ReadRouter | None = None,
     ) -> None:
-        self.db = db
+        self.db = db  # the primary: writes (access statistics, traces)
+        self.reads = reads or ReadRouter(db, ())
         self.config = config
         self.memory_types = tuple(memory_types)
         self.processor_factory = processor_factory
@@ -97,20 +104,53 @@ class QueryPipeline:
         self.ranking = ranking
         self.graph_backend = graph_backend
 
+    @property
+    def read_db(self) -> Database:
+        """The server the running query's reads go to: the one `run` chose, else the primary."""
+        db = _READ_DB.get()
+        return self.db if db is None else db
+
     def run(self, request: QueryRequest) -> QueryResponse:
         """The query, its statements under one budget (config.query_timeout_ms, db/budget.py)."""
         t_start = time.perf_counter()
-        diag = Diagnostics(path="v4" if request.v4 else "v3", graph_backend=self.graph_backend)
-        with query_budget(self.config.query_timeout_ms) as budget:
-            query, rows = self.process(request, diag)
-            with budget.paused():  # the embedding may load a model: not the statements' time
-                vector = self.embed(query, request.embedding, diag)
-            if request.v4:
-                retrieval = self.retrieve(query, vector, rows, request, diag)
-            else:
-                retrieval = self.retrieve_v3(query, vector, rows, request.top_k, diag)
+        with query_budget(self.config.query_timeout_ms):
+            retrieval, diag = self.read(request)
             returned = self.rank(retrieval, request, diag)
             return self.respond(retrieval, returned, request, diag, t_start)
+
+    def read(self, request: QueryRequest) -> tuple[Retrieval, Diagnostics]:
+        """Retrieval, on the server the read router chooses for the tenant (db/replicas.py): a standby
+        that fails during it (connection lost, backend terminated, recovery conflict, no connection) is
+        left out and the retrieval runs again on another standby or the primary, in what remains of
+        the budget. A failure on the primary is raised."""
+        failed: list[Replica] = []
+        notes: list[str] = []
+        while True:
+            diag = Diagnostics(path="v4" if request.v4 else "v3", graph_backend=self.graph_backend)
+            with self.reads.reading(request.tenant, failed) as target:
+                _note_target(diag, target, notes)
+                token = _READ_DB.set(target.db)
+                try:
+                    return self.retrieval(request, diag), diag
+                except Exception as exc:
+                    if target.replica is None or not server_failure(exc):
+                        raise
+                    why = f"{type(exc).__name__}: {next(iter(str(exc).strip().splitlines()), '')}"
+                    self.reads.failed(target.replica, f"failed during a query ({why})")
+                    failed.append(target.replica)
+                    notes.append(f"{target.name} failed during the query ({why}); run again")
+                finally:
+                    _READ_DB.reset(token)
+
+    def retrieval(self, request: QueryRequest, diag: Diagnostics) -> Retrieval:
+        """Processing, embedding and retrieval (V4 or V3): every read of the query."""
+        query, rows = self.process(request, diag)
+        budget = current_budget()
+        with budget.paused() if budget is not None else contextlib.nullcontext():
+            vector = self.embed(query, request.embedding, diag)  # may load a model: not the statements' time
+        if request.v4:
+            return self.retrieve(query, vector, rows, request, diag)
+        return self.retrieve_v3(query, vector, rows, request.top_k, diag)
 
     # -- query processing and embedding ---------------------------------------------------------
     def process(self, request: QueryRequest, diag: Diagnostics) -> tuple[ProcessedQuery, dict[str, int]]:
@@ -120,10 +160,10 @@ class QueryPipeline:
         validation.memory_type(request.memory_type, self.memory_types)
         validation.requested_workers(request.workers, self.registry.names)
         validation.tenant(request.tenant)  # before it becomes the transaction's setting
-        with self.db.transaction(request.tenant) as conn:
+        with self.read_db.transaction(request.tenant) as conn:
             processor = self.processor_factory(self.memory_types, table_lookup(conn))
             query = processor.process(request.text, tenant=request.tenant, memory_type=request.memory_type)
-            self.db.renew_budget(conn)  # the entity lookup's time counts against the next statement
+            self.read_db.renew_budget(conn)  # the entity lookup's time counts against the next statement
             rows = tenant_rows(conn)
         query.validity = Validity(request.as_of, request.include_invalid)
         diag.query_processing_ms = _ms(t0)
@@ -212,7 +252,12 @@ class QueryPipeline:
         if not cfg.enable_relevance_pool:
             return {}
         pool = relevance_pool(
-            self.db, query, vector, top_k=top_k, limit=cfg.ranking_candidate_limit, default_type=cfg.default_memory_type
+            self.read_db,
+            query,
+            vector,
+            top_k=top_k,
+            limit=cfg.ranking_candidate_limit,
+            default_type=cfg.default_memory_type,
         )
         diag.relevance_pool_count = len(pool)
         diag.relevance_fast_path = len(pool) >= top_k
@@ -229,10 +274,13 @@ class QueryPipeline:
             diag.retrieval_finish_reason = "relevance_fast_path" if diag.relevance_fast_path else "no_workers"
             diag.policy_satisfied = True
             return {}
+        db = self.read_db
         result = self.scheduler.run(
-            self.tasks(names, ctx), tenant=ctx.query.tenant, deadline_ms=self.config.retrieval_deadline_ms
+            self.tasks(names, ctx), tenant=ctx.query.tenant, deadline_ms=self.config.retrieval_deadline_ms, db=db
         )
         diag.record_scheduler(result)
+        if result.broken and db is not self.db:  # a standby failed under them: QueryPipeline.read runs again
+            raise ReplicaFailed(f"workers {', '.join(result.broken)} lost their standby connection")
         return result.hits
 
     def candidates(
@@ -245,7 +293,7 @@ class QueryPipeline:
         """Merge, dedup, fuse, cap and fetch in the final CTE (on its cached generic plan)."""
         cfg = self.config
         t0 = time.perf_counter()
-        with self.db.transaction(tenant, generic_plans=True) as conn:
+        with self.read_db.transaction(tenant, generic_plans=True) as conn:
             candidates = build_candidates(
                 conn,
                 hits,
@@ -306,11 +354,11 @@ class QueryPipeline:
             as_of=query.validity.as_of,
         )
         t0 = time.perf_counter()
-        with self.db.transaction(query.tenant) as conn:
+        with self.read_db.transaction(query.tenant) as conn:
             vector_hits = self.registry["vector"]().run(conn, ctx)
             diag.retrieval_ms = _ms(t0)
             t1 = time.perf_counter()
-            self.db.renew_budget(conn)
+            self.read_db.renew_budget(conn)
             candidates = build_candidates(
                 conn,
                 {"vector": vector_hits},
@@ -386,6 +434,12 @@ class QueryPipeline:
             first_line = next(iter(str(exc).strip().splitlines()), "")
             return f"{type(exc).__name__}: {first_line}".strip()
         return None
+
+
+def _note_target(diag: Diagnostics, target: ReadTarget, notes: Sequence[str]) -> None:
+    diag.server, diag.routing_ms = target.name, target.routing_ms
+    diag.server_note = "; ".join([*notes, target.note] if target.note else notes) or None
+    diag.read_your_writes_lsn = lsn_text(target.required_lsn) if target.required_lsn else None
 
 
 def _bind(worker: Worker, ctx: WorkerContext) -> WorkerFn:

@@ -20,13 +20,14 @@ import concurrent.futures as cf
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 
 from ..core.types import SourceHit
 from ..db import Database
 from ..db.budget import current_budget
+from ..db.replicas import server_failure
 
 SUBMITTED, COMPLETED, PENDING, FAILED = "submitted", "completed", "pending", "failed"
 CANCEL_GRACE_S = 0.2  # how long to wait for cancelled statements to leave the server
@@ -58,6 +59,7 @@ class SchedulerResult:
     policy_satisfied: bool
     wait_ms: float
     policy: str
+    broken: list[str] = field(default_factory=list)  # workers whose server or connection failed
 
     def sources(self, state: str) -> list[str]:
         return [name for name, s in self.states.items() if s == state]
@@ -72,8 +74,11 @@ class Scheduler:
         self.policy = policy or CompletionPolicy()
         self._executor = cf.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="memoria-worker")
 
-    def run(self, tasks: Mapping[str, WorkerFn], *, tenant: str, deadline_ms: int) -> SchedulerResult:
-        """Run every task on its own pooled connection; return at the deadline or when all ended.
+    def run(
+        self, tasks: Mapping[str, WorkerFn], *, tenant: str, deadline_ms: int, db: Database | None = None
+    ) -> SchedulerResult:
+        """Run every task on its own pooled connection (of `db`, default the scheduler's: a query on a
+        standby passes that standby's); return at the deadline or when all ended.
 
         Inside a query's budget (db/budget.py) the deadline is at most what remains of it, and so is
         each statement's server-side ceiling (else the deadline plus a second); a budget already spent
@@ -83,7 +88,7 @@ class Scheduler:
         if budget is not None:
             left = budget.require_ms()
             deadline_ms, ceiling_ms = min(deadline_ms, left), min(ceiling_ms, left)
-        run = _Run(self.db, tenant, deadline_ms, ceiling_ms)
+        run = _Run(db or self.db, tenant, deadline_ms, ceiling_ms)
         futures = {self._executor.submit(run.execute, name, fn): name for name, fn in tasks.items()}
         cf.wait(futures, timeout=deadline_ms / 1000.0, return_when=cf.ALL_COMPLETED)
         states, hits, to_cancel = run.stop(tasks)
@@ -100,6 +105,7 @@ class Scheduler:
             self.policy.satisfied(states),
             wait_ms,
             self.policy.name,
+            list(run.broken),
         )
 
     def run_sequential(self, tasks: Mapping[str, WorkerFn], tenant: str) -> dict[str, list[SourceHit]]:
@@ -133,6 +139,7 @@ class _Run:
         self.hits: dict[str, list[SourceHit]] = {}
         self.errors: dict[str, str] = {}
         self.worker_ms: dict[str, float] = {}
+        self.broken: list[str] = []
         self.conns: dict[str, psycopg.Connection] = {}
         self.cancels: dict[str, _Cancel] = {}  # decided at the stop, under the lock
         self.lock = threading.Lock()
@@ -155,6 +162,8 @@ class _Run:
                 if not self.stopped.is_set():
                     self.states[name] = FAILED
                     self.errors[name] = f"{type(exc).__name__}: {exc}".strip()
+                    if server_failure(exc):
+                        self.broken.append(name)
                     self.worker_ms[name] = (time.perf_counter() - t0) * 1000
 
     def _statement(self, name: str, fn: WorkerFn, t0: float) -> list[SourceHit] | None:
