@@ -24,7 +24,15 @@ def default_cache_dir() -> Path:
 
 
 def model_label(model_path: str | None) -> str:
-    return "all-MiniLM-L6-v2" if model_path is None else Path(model_path).name
+    """The model's name, and the backend running it when not torch (MEMORIA_EMBEDDING_BACKEND=onnx or
+    onnx-int8): each backend's vectors are cached apart."""
+    name = "all-MiniLM-L6-v2" if model_path is None else Path(model_path).name
+    backend = embedding_backend()
+    return name if backend == "torch" else f"{name}-{backend}"
+
+
+def embedding_backend() -> str:
+    return os.environ.get("MEMORIA_EMBEDDING_BACKEND") or "torch"
 
 
 def text_key(text: str) -> bytes:
@@ -94,7 +102,13 @@ class EmbeddingCache:
         if self._model is None:
             from memoria_pg import SentenceTransformerEmbedder
 
-            self._model = SentenceTransformerEmbedder(self.model_path, batch_size=self.batch_size)
+            if embedding_backend() == "torch":
+                self._model = SentenceTransformerEmbedder(self.model_path, batch_size=self.batch_size)
+            else:
+                from memoria_pg.core.embedding_onnx import OnnxEmbedder
+
+                quantized = embedding_backend() == "onnx-int8"
+                self._model = OnnxEmbedder(self.model_path, quantized=quantized, batch_size=self.batch_size)
             if self._model.dim != self.dim:
                 raise ValueError(f"model makes {self._model.dim}-dimensional vectors, expected {self.dim}")
         return self._model

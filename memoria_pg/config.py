@@ -14,6 +14,7 @@ from .core import validation
 from .errors import ConfigError, InputError
 
 FUSION_METHODS = ("score", "rrf")
+EMBEDDING_BACKENDS = ("torch", "onnx", "onnx-int8")  # core.embedding_onnx.BACKENDS
 INT4_MAX = 2_147_483_647  # a setting bound as an SQL integer must fit one
 # The accepted range of each numeric setting, inclusive (README, "Configuration"); every other field is
 # checked against its annotated type. max_content_chars: a memory's tsvector (the phrase worker's, at
@@ -49,6 +50,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "max_query_chars": (1, 150_000),
     "ingest_batch_size": (1, INT4_MAX),
     "ingest_writers": (1, INT4_MAX),
+    "replica_max_lag_ms": (0, INT4_MAX),
+    "replica_wait_ms": (0, 60_000),
+    "replica_retry_s": (0, 86_400),
 }
 DEFAULT_MEMORY_TYPES = ("general", "episodic", "semantic", "procedural", "preference", "fact")
 _IDENT = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
@@ -79,6 +83,10 @@ class Config:
     embedding_model: str | None = None  # local path; None = packaged all-MiniLM-L6-v2
     embedding_dim: int = 384
     embedding_batch_size: int = 64
+    # What runs the model: its ONNX export on ONNX Runtime (the default: the same vectors to 1e-6, a third
+    # of torch's CPU per query, no torch imported by a query process), int8 weights of it, or
+    # sentence-transformers on torch. The graph is exported once from the local weights (core/embedding_onnx.py).
+    embedding_backend: str = "onnx"
     query_cache_size: int = 1024
 
     top_k: int = 10
@@ -148,6 +156,15 @@ class Config:
     # machine busy (writers wait for each other's locks in one order, so they never deadlock).
     ingest_statement_timeout_ms: int = 0
 
+    # Hot standbys of `dsn` the query path reads from (README, "Read replicas"; db/replicas.py): per query
+    # the one with the fewest queries of this process in flight, among those whose replay lags at most
+    # replica_max_lag_ms and that have replayed the tenant's last write through this process (waited for
+    # at most replica_wait_ms, else the primary). A standby that failed is left out for replica_retry_s.
+    replica_dsns: tuple[str, ...] = ()
+    replica_max_lag_ms: int = 1000
+    replica_wait_ms: int = 50
+    replica_retry_s: float = 5.0
+
     def __post_init__(self) -> None:
         _check_types(self)
         for name in self.memory_types:
@@ -158,10 +175,16 @@ class Config:
             )
         if self.fusion_method not in FUSION_METHODS:
             raise ConfigError(f"fusion_method must be one of {list(FUSION_METHODS)}, got {self.fusion_method!r}")
+        if self.embedding_backend not in EMBEDDING_BACKENDS:
+            raise ConfigError(
+                f"embedding_backend must be one of {list(EMBEDDING_BACKENDS)}, got {self.embedding_backend!r}"
+            )
         for name, (low, high) in RANGES.items():
             value = getattr(self, name)
             if not low <= value <= high:  # NaN fails too
                 raise ConfigError(f"{name} must be between {low:,} and {high:,}, got {value!r}")
+        if self.replica_dsns and self.dsn is None:
+            raise ConfigError("replica_dsns needs dsn (the primary): the embedded server has no standbys")
         if self.pool_min_size > self.pool_max_size:
             raise ConfigError(f"pool_min_size ({self.pool_min_size}) is over pool_max_size ({self.pool_max_size})")
         try:

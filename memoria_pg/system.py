@@ -7,6 +7,7 @@ wing reaches back into it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -20,7 +21,8 @@ from .config import Config, default_data_dir
 from .core import validation
 from .core.embedding import CachedQueryEmbedder, Embedder, LazyEmbedder
 from .core.types import ForgetResult, HistoryEvent, Memory, MemoryRecord, StoreResult
-from .db import Database, embedded, migrate, translating
+from .db import Database, embedded, translating
+from .db.replicas import ReadRouter, ReplicaSettings
 from .errors import ServerError
 from .ingest import Ingestor, RecordRules, batched
 from .lifecycle import MISSING, Lifecycle
@@ -33,6 +35,7 @@ from .query.workers import DEFAULT_WORKERS, WorkerRegistry
 from .ranking import RankingPipeline, RankingStage
 
 Records = Iterable[MemoryRecord | Mapping[str, Any]]
+MAX_NOTED_TENANTS = 10_000  # tenants store_many keeps for read-your-writes; past them, every tenant waits
 
 
 class MemorySystem:
@@ -64,6 +67,7 @@ class MemorySystem:
             statement_timeout_ms=cfg.statement_timeout_ms,
             ef_search=cfg.hnsw_ef_search,
         )
+        self.reads = self._read_router()
         self.memory_types = self._load_memory_types()
         self.plugins = plugins if plugins is not None else _load_plugins(cfg)
         self.worker_registry = worker_registry or DEFAULT_WORKERS
@@ -81,8 +85,25 @@ class MemorySystem:
         if dsn is None:
             dsn = embedded.start(Path(cfg.data_dir) if cfg.data_dir else default_data_dir(), keep_running=False)
         if auto_migrate if auto_migrate is not None else cfg.dsn is None:
+            from .db import migrate
+
             migrate.upgrade(dsn, memory_types=cfg.memory_types, use_age=cfg.use_age)
         return dsn
+
+    def _read_router(self) -> ReadRouter:
+        """The standbys of `replica_dsns` the query path reads from (none: the primary only)."""
+        cfg = self.config
+        settings = ReplicaSettings(
+            max_lag_ms=cfg.replica_max_lag_ms,
+            wait_ms=cfg.replica_wait_ms,
+            retry_s=cfg.replica_retry_s,
+            pool_min_size=cfg.pool_min_size,
+            pool_max_size=cfg.pool_max_size,
+            pool_timeout=cfg.pool_timeout,
+            statement_timeout_ms=cfg.statement_timeout_ms,
+            ef_search=cfg.hnsw_ef_search,
+        )
+        return ReadRouter(self.db, cfg.replica_dsns, settings)
 
     def _query_pipeline(self, ranking: RankingStage | Literal[False] | None) -> QueryPipeline:
         cfg = self.config
@@ -114,6 +135,7 @@ class MemorySystem:
             registry=self.worker_registry,
             ranking=ranking or None,
             graph_backend=self.graph_backend,
+            reads=self.reads,
         )
 
     def _ingestor(self) -> Ingestor:
@@ -145,6 +167,7 @@ class MemorySystem:
     # -- lifecycle -------------------------------------------------------------------------------
     def close(self) -> None:
         self.scheduler.close()
+        self.reads.close()
         self.db.close()
 
     def __enter__(self) -> MemorySystem:
@@ -169,7 +192,10 @@ class MemorySystem:
     @translating
     def add_memory_type(self, name: str) -> bool:
         """Create the shard of a new memory type; False when it exists already."""
+        from .db import migrate
+
         created = migrate.add_memory_type(self.dsn, name)
+        self.reads.wrote(None)
         self.memory_types = self._load_memory_types()
         self.ingestor.memory_types = self.memory_types
         self.pipeline.memory_types = self.memory_types
@@ -181,7 +207,12 @@ class MemorySystem:
         """Store one memory; returns its id, or None when it was already stored (same content/external id)."""
         # One record: written in this thread (store_many would start writer threads for it). As a
         # mapping, so that a field MemoryRecord does not have is an InputError, not a TypeError.
-        return self.ingestor.store_batch([{"content": content, **fields}]).ids[0]
+        try:
+            return self.ingestor.store_batch([{"content": content, **fields}]).ids[0]
+        finally:  # also after a failure: the batch may have committed
+            tenant = _tenant_of(fields, self.config.default_tenant)
+            if tenant is not None:  # not a tenant ingestion accepts: nothing of it was written
+                self.reads.wrote(tenant)
 
     @translating
     def store_many(
@@ -205,9 +236,14 @@ class MemorySystem:
         writers = self.config.ingest_writers if writers is None else validation.count(writers, "writers")
         # Never more writers than pooled connections: a writer waiting for one could time out.
         writers = min(writers, self.config.pool_max_size)
-        return self.ingestor.store_batches(
-            _placed(records, size, wheres), writers=writers, progress=progress, return_ids=return_ids
-        )
+        tenants: set[str] | None = set() if self.reads.enabled else None
+        try:
+            return self.ingestor.store_batches(
+                _placed(_noting_tenants(records, tenants, self.config.default_tenant), size, wheres),
+                writers=writers, progress=progress, return_ids=return_ids,
+            )  # fmt: skip
+        finally:
+            self.reads.wrote(tenants if tenants is None or len(tenants) <= MAX_NOTED_TENANTS else None)
 
     # -- the lifecycle ---------------------------------------------------------------------------
     @translating
@@ -236,12 +272,14 @@ class MemorySystem:
         follows; its history records the previous values."""
         fields = {"content": content, "context": context, "metadata": metadata, "importance": importance,
                   "pinned": pinned, "memory_type": memory_type}  # fmt: skip
-        return self.lifecycle.update(memory_id, self._tenant(tenant), fields, embedding)
+        with self._writing(tenant):
+            return self.lifecycle.update(memory_id, self._tenant(tenant), fields, embedding)
 
     @translating
     def delete(self, memory_ids: int | Iterable[int], *, tenant: str | None = None) -> int:
         """Delete memories and everything derived from them; NotFound (nothing deleted) when one is missing."""
-        return self.lifecycle.delete(memory_ids, self._tenant(tenant))
+        with self._writing(tenant):
+            return self.lifecycle.delete(memory_ids, self._tenant(tenant))
 
     @translating
     def forget(
@@ -250,14 +288,16 @@ class MemorySystem:
     ) -> ForgetResult:  # fmt: skip
         """Delete the tenant's memories that match every given filter (type, created before, metadata
         containing `where`) in one transaction; `dry_run` only counts them."""
-        return self.lifecycle.forget(self._tenant(tenant), memory_type=memory_type, before=before, where=where,
-                                     dry_run=dry_run)  # fmt: skip
+        with self._writing(tenant):
+            return self.lifecycle.forget(self._tenant(tenant), memory_type=memory_type, before=before,
+                                         where=where, dry_run=dry_run)  # fmt: skip
 
     @translating
     def erase_tenant(self, tenant: str) -> dict[str, int]:
         """Remove every row of the tenant in every table (memories, postings, statistics, entities,
         edges, attributes, access, traces, history) and its AGE graph; rows removed per table."""
-        return self.lifecycle.erase(tenant)
+        with self._writing(tenant):
+            return self.lifecycle.erase(tenant)
 
     @translating
     def history(self, memory_id: int, *, tenant: str | None = None) -> list[HistoryEvent]:
@@ -269,15 +309,27 @@ class MemorySystem:
         """Retire a memory from `at` (default now), reversibly: queries leave it out from then on,
         unless asked for as of an earlier time or with include_invalid=True."""
         valid_to = validation.moment(at, "at") if at is not None else dt.datetime.now(dt.UTC)
-        return self.lifecycle.set_validity(memory_id, self._tenant(tenant), valid_to)
+        with self._writing(tenant):
+            return self.lifecycle.set_validity(memory_id, self._tenant(tenant), valid_to)
 
     @translating
     def restore(self, memory_id: int, *, tenant: str | None = None) -> Memory:
         """Undo `invalidate`: the memory holds again."""
-        return self.lifecycle.set_validity(memory_id, self._tenant(tenant), None)
+        with self._writing(tenant):
+            return self.lifecycle.set_validity(memory_id, self._tenant(tenant), None)
 
     def _tenant(self, tenant: str | None) -> str:
         return self.config.default_tenant if tenant is None else tenant
+
+    @contextlib.contextmanager
+    def _writing(self, tenant: str | None) -> Iterator[None]:
+        """A write call of the tenant: afterwards (also when it failed: it may have committed) the
+        primary's WAL position is kept for read-your-writes on the standbys (db/replicas.py)."""
+        try:
+            yield
+        finally:
+            if isinstance(tenant, str) or tenant is None:
+                self.reads.wrote(self._tenant(tenant))
 
     # -- queries ---------------------------------------------------------------------------------
     @translating
@@ -324,9 +376,13 @@ class MemorySystem:
         a busy pool cannot delay the answer), its schema revision and this library's newest one, and
         whether the embedding model is loaded (it loads on first use; `memory.embedder` loads it now)."""
         if self._schema_head is None:
+            from .db import migrate
+
             self._schema_head = migrate.history(self.dsn)[-1][0]
         state: dict[str, Any] = {"database": True, "error": None, "schema": None, "schema_head": self._schema_head}
         try:
+            from .db import migrate
+
             state["schema"] = migrate.current(self.dsn)
         except (psycopg.Error, ServerError) as exc:
             state.update(database=False, error=str(exc))
@@ -337,10 +393,30 @@ class MemorySystem:
     def clear_access_statistics(self, tenant: str) -> int:
         """Forget which of the tenant's memories were returned and how often (the ranking's access
         signal); returns the number of memories whose statistics were removed."""
-        with self.db.transaction(validation.tenant(tenant)) as conn:
+        with self._writing(validation.tenant(tenant)), self.db.transaction(tenant) as conn:
             return conn.execute(
                 "DELETE FROM memoria.memory_access WHERE tenant = current_setting('memoria.tenant')"
             ).rowcount
+
+
+def _noting_tenants(records: Records, tenants: set[str] | None, default: str) -> Iterator[Any]:
+    """The records, each one's tenant added to `tenants` (None: not kept) for read-your-writes; at most
+    MAX_NOTED_TENANTS + 1 (more: any tenant may have been written)."""
+    for record in records:
+        if tenants is not None and len(tenants) <= MAX_NOTED_TENANTS:
+            found = _tenant_of(record, default)
+            if found is not None:
+                tenants.add(found)
+        yield record
+
+
+def _tenant_of(record: Any, default: str) -> str | None:
+    """A record's tenant as ingestion reads it (a mapping's or a MemoryRecord's; default when absent);
+    None for a value ingestion refuses (nothing of that record is written)."""
+    tenant = record.get("tenant") if isinstance(record, Mapping) else getattr(record, "tenant", None)
+    if tenant is None:
+        return default
+    return tenant if isinstance(tenant, str) else None
 
 
 def _placed(records: Records, size: int, wheres: Iterable[str] | None) -> Iterator[tuple[list[Any], list[str]]]:
@@ -361,6 +437,11 @@ def _default_embedder(cfg: Config) -> Embedder:
 
     if cfg.embedding_model == "hash":  # MEMORIA_EMBEDDING_MODEL=hash: the deterministic test/demo embedder
         return HashEmbedder(cfg.embedding_dim)
+    if cfg.embedding_backend != "torch":
+        from .core.embedding_onnx import OnnxEmbedder
+
+        quantized = cfg.embedding_backend == "onnx-int8"
+        return OnnxEmbedder(cfg.embedding_model, quantized=quantized, batch_size=cfg.embedding_batch_size)
     return SentenceTransformerEmbedder(cfg.embedding_model, batch_size=cfg.embedding_batch_size)
 
 

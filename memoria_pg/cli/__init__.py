@@ -3,7 +3,7 @@ once, at the root group's boundary (base.py). Commands live by subject: admin.py
 
 from __future__ import annotations
 
-from . import admin, lifecycle, memories, service  # noqa: F401  (they register their commands on the root group)
+from . import admin, lifecycle, memories, model, service  # noqa: F401  (they register their commands on the root group)
 from .base import cli
 
 

@@ -7,7 +7,7 @@ import json
 import click
 
 from ..core import validation
-from ..db import connect, migrate, redact_dsn
+from ..db import connect, redact_dsn
 from ..db import embedded as server
 from .base import cli, config_of, data_dir_for, dsn_for, open_system
 
@@ -20,12 +20,13 @@ def config_cmd(ctx: click.Context, as_json: bool) -> None:
     values = config_of(ctx).as_dict()
     if isinstance(values.get("dsn"), str):
         values["dsn"] = redact_dsn(str(values["dsn"]))
+    values["replica_dsns"] = tuple(redact_dsn(d) for d in config_of(ctx).replica_dsns)
     if as_json:
         click.echo(json.dumps(values, indent=2, default=list))
         return
     width = max(len(k) for k in values)
     for key, value in values.items():
-        shown = ",".join(value) if isinstance(value, tuple) else value
+        shown = (",".join(value) or "(none)") if isinstance(value, tuple) else value
         click.echo(f"{('MEMORIA_' + key.upper()).ljust(width + 8)}  {shown}")
 
 
@@ -63,7 +64,7 @@ def server_status(ctx: click.Context) -> None:
 @click.pass_context
 def doctor(ctx: click.Context) -> None:
     """Check the server: version, extensions (vector required, AGE optional), schema revision."""
-    from ..db import VECTOR_HELP, detect_capabilities
+    from ..db import VECTOR_HELP, detect_capabilities, migrate
 
     cfg = config_of(ctx)
     dsn = dsn_for(cfg)
@@ -91,6 +92,8 @@ def db_group() -> None:
 @click.pass_context
 def db_upgrade(ctx: click.Context, revision: str) -> None:
     """Upgrade the schema to REVISION (default: head)."""
+    from ..db import migrate
+
     cfg = config_of(ctx)
     dsn = dsn_for(cfg)
     migrate.upgrade(dsn, revision, memory_types=cfg.memory_types, use_age=cfg.use_age)
@@ -103,6 +106,8 @@ def db_upgrade(ctx: click.Context, revision: str) -> None:
 @click.pass_context
 def db_downgrade(ctx: click.Context, revision: str, yes: bool) -> None:
     """Downgrade the schema to REVISION (default: base, which drops all memories)."""
+    from ..db import migrate
+
     if revision == "base" and not yes:
         click.confirm("Downgrading to base deletes every memory. Continue?", abort=True)
     dsn = dsn_for(config_of(ctx))
@@ -114,6 +119,8 @@ def db_downgrade(ctx: click.Context, revision: str, yes: bool) -> None:
 @click.pass_context
 def db_current(ctx: click.Context) -> None:
     """Print the schema revision of the database."""
+    from ..db import migrate
+
     click.echo(migrate.current(dsn_for(config_of(ctx))) or "base (no schema)")
 
 
@@ -121,6 +128,8 @@ def db_current(ctx: click.Context) -> None:
 @click.pass_context
 def db_history(ctx: click.Context) -> None:
     """List the migrations, oldest first."""
+    from ..db import migrate
+
     for rev, down, doc in migrate.history(config_of(ctx).dsn or "postgresql://"):
         click.echo(f"{down or 'base'} -> {rev}  {doc}")
 
@@ -135,6 +144,8 @@ def types_group() -> None:
 @click.pass_context
 def types_add(ctx: click.Context, name: str) -> None:
     """Create the shard (partitions and indexes) of a new memory type NAME."""
+    from ..db import migrate
+
     created = migrate.add_memory_type(dsn_for(config_of(ctx)), name)
     click.echo(f"memory type {name!r} {'created' if created else 'already exists'}")
 

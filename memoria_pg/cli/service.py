@@ -15,7 +15,6 @@ import click
 
 from ..config import Config
 from ..core import validation
-from ..db import migrate
 from .base import cli, config_of, dsn_for
 
 SERVER_EXTRA = "the server needs its extra dependencies: pip install 'memoria-pg[server]'"
@@ -124,6 +123,8 @@ def keys_group() -> None:
 
 def _keys_dsn(cfg: Config) -> str:
     """The DSN to manage keys on; the embedded server is migrated first, as MemorySystem would."""
+    from ..db import migrate
+
     dsn = dsn_for(cfg)
     if not cfg.dsn:
         migrate.upgrade(dsn, memory_types=cfg.memory_types, use_age=cfg.use_age)

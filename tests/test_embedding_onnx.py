@@ -1,0 +1,167 @@
+"""The ONNX Runtime embedding backend: parity with sentence-transformers, the one-time export, the
+setting, the errors, and a query process that imports no torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from memoria_pg import Config
+from memoria_pg.errors import ConfigError
+
+pytestmark = pytest.mark.model
+
+onnxruntime = pytest.importorskip("onnxruntime")
+
+# A long text (well over the model's 256 word pieces: tokenizer.json's own 128-piece truncation
+# would change its vector), texts of very different lengths in one padded batch, accents, CJK, empty.
+TEXTS = [
+    "hi",
+    "What is Maya's favourite colour?",
+    "Jonas moved to Porto in 2019 and works as a nurse at the city hospital. " * 30,
+    "naïve café über Straße 東京",
+    "",
+    "The committee approved the budget for the next fiscal year after a long debate.",
+]
+
+
+@pytest.fixture(scope="module")
+def torch_vectors() -> np.ndarray:
+    from memoria_pg import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder().embed(TEXTS)
+
+
+@pytest.fixture(scope="module")
+def onnx_embedder():
+    from memoria_pg.core.embedding_onnx import OnnxEmbedder
+
+    return OnnxEmbedder()  # exported into the user cache on the first run, reused after
+
+
+def _cos_gap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return 1.0 - (a * b).sum(axis=1)
+
+
+def test_the_onnx_vectors_are_the_torch_vectors(torch_vectors, onnx_embedder):
+    batch = onnx_embedder.embed(TEXTS)
+    assert batch.shape == (len(TEXTS), 384) and batch.dtype == np.float32
+    assert np.allclose(np.linalg.norm(batch, axis=1), 1.0, atol=1e-5)
+    assert _cos_gap(torch_vectors, batch).max() < 1e-5
+    one_by_one = np.stack([onnx_embedder.embed([t])[0] for t in TEXTS])
+    assert _cos_gap(torch_vectors, one_by_one).max() < 1e-5
+    assert onnx_embedder.max_tokens == 256
+
+
+def test_the_int8_vectors_stay_close(torch_vectors):
+    from memoria_pg.core.embedding_onnx import OnnxEmbedder
+
+    int8 = OnnxEmbedder(quantized=True)
+    assert int8.graph.name == "model-int8.onnx"
+    gap = _cos_gap(torch_vectors, int8.embed(TEXTS))
+    assert gap.max() < 0.03, gap
+
+
+def test_the_export_is_made_once_and_reused(onnx_embedder):
+    from memoria_pg.core.embedding_onnx import ensure_onnx
+
+    before = onnx_embedder.graph.stat().st_mtime_ns
+    assert ensure_onnx(onnx_embedder.folder) == onnx_embedder.graph
+    assert onnx_embedder.graph.stat().st_mtime_ns == before
+
+
+def test_changed_weights_get_a_new_export(tmp_path):
+    from memoria_pg.core.embedding_onnx import onnx_paths
+
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"x" * 10)
+    first, _ = onnx_paths(folder, tmp_path / "cache")
+    (folder / "model.safetensors").write_bytes(b"y" * 11)
+    second, _ = onnx_paths(folder, tmp_path / "cache")
+    assert first != second and first.parent.name.startswith("my-model-")
+
+
+def test_an_unwritable_cache_is_a_config_error(tmp_path, onnx_embedder):
+    from memoria_pg.core.embedding_onnx import ensure_onnx
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ConfigError, match="cannot write the ONNX graph.*MEMORIA_MODEL_CACHE"):
+        ensure_onnx(onnx_embedder.folder, cache_dir=blocker / "onnx")
+
+
+def test_the_backend_is_a_checked_setting(monkeypatch):
+    assert Config().embedding_backend == "onnx"  # the default: parity with torch (results/embedding/)
+    assert Config.from_env({"MEMORIA_EMBEDDING_BACKEND": "onnx-int8"}).embedding_backend == "onnx-int8"
+    with pytest.raises(ConfigError, match="embedding_backend must be one of"):
+        Config(embedding_backend="tensorrt")
+
+
+def test_the_system_builds_the_configured_backend(onnx_embedder):
+    from memoria_pg.core.embedding_onnx import OnnxEmbedder
+    from memoria_pg.system import _default_embedder
+
+    made = _default_embedder(Config(embedding_backend="onnx"))
+    assert isinstance(made, OnnxEmbedder) and made.graph == onnx_embedder.graph
+
+
+def test_a_missing_onnxruntime_is_a_config_error(monkeypatch):
+    from memoria_pg.core.embedding_onnx import OnnxEmbedder
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails
+    with pytest.raises(ConfigError, match="pip install 'memoria-pg\\[onnx\\]'"):
+        OnnxEmbedder()
+
+
+def test_a_model_folder_that_is_not_one_is_a_config_error(tmp_path):
+    from memoria_pg.core.embedding_onnx import OnnxEmbedder
+
+    with pytest.raises(ConfigError, match="is not a directory"):
+        OnnxEmbedder(str(tmp_path / "nowhere"))
+
+
+def test_a_model_the_graph_does_not_compute_is_a_config_error(tmp_path, onnx_embedder):
+    import shutil
+
+    from memoria_pg.core.embedding_onnx import check_supported
+
+    folder = tmp_path / "cls-pooled"
+    shutil.copytree(onnx_embedder.folder, folder, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    check_supported(folder)  # the copy is as supported as the original
+    pooling = folder / "1_Pooling" / "config.json"
+    cfg = json.loads(pooling.read_text())
+    pooling.write_text(json.dumps({**cfg, "pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}))
+    with pytest.raises(ConfigError, match="mean pooling expected.*embedding_backend='torch'"):
+        check_supported(folder)
+
+
+QUERY_PROCESS = """
+import atexit, json, sys
+heavy = ("torch", "sentence_transformers", "transformers", "alembic", "sqlalchemy", "evals")
+atexit.register(lambda: print("MODULES " + json.dumps(sorted({m.split(".")[0] for m in sys.modules} & set(heavy)))))
+from memoria_pg.cli import main
+sys.argv = ["memoria-pg", "--dsn", sys.argv[1], "query", "where does Maya live?", "--tenant", "maya"]
+main()
+"""
+
+
+def test_a_query_process_on_onnx_imports_no_torch_alembic_or_evals(dsn, onnx_embedder):
+    from memoria_pg.core.embedding_onnx import OnnxEmbedder
+    from memoria_pg.system import MemorySystem
+
+    with MemorySystem(Config(dsn=dsn), embedder=OnnxEmbedder()) as system:
+        system.store("Maya lives in Porto.", tenant="maya")
+    env = {**os.environ, "MEMORIA_EMBEDDING_BACKEND": "onnx"}
+    done = subprocess.run(
+        [sys.executable, "-c", QUERY_PROCESS, dsn], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Porto" in done.stdout
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("MODULES "))
+    assert json.loads(line.removeprefix("MODULES ")) == []
