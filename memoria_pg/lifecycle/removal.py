@@ -45,18 +45,12 @@ def delete(
     return len(gone.fetchall())
 
 
-def remove_derived(
-    conn: psycopg.Connection, ids: list[int], single_valued: Mapping[str, list[str]], *, forget_usage: bool
-) -> list[int]:
-    """Take the memories' contribution out of every derived table (migration 0012's function); the ids
-    of the entities they mentioned (for the graph mirror)."""
-    return entity_ids(remove_derived_cursor(conn, ids, single_valued, forget_usage=forget_usage))
-
-
 def remove_derived_cursor(
     conn: psycopg.Connection, ids: list[int], single_valued: Mapping[str, list[str]], *, forget_usage: bool
 ) -> psycopg.Cursor[Any]:
-    """remove_derived's statement, its result unread (in a pipeline: read once the pipeline is synced)."""
+    """Take the memories' contribution out of every derived table (migration 0012's function); its result,
+    unread (in a pipeline: read once the pipeline is synced), is the ids of the entities they mentioned
+    (for the graph mirror: entity_ids)."""
     params = (ids, forget_usage, single_valued["exact"], single_valued["prefixes"])
     return conn.execute("SELECT memoria.remove_derived(%s, %s, %s::text[], %s::text[])", params)
 
