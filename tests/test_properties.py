@@ -122,6 +122,7 @@ def stored_spelling(grams: list[str]) -> list[str]:
 )
 @example(text="the boss's\nbook", tenant="t", lookup=False, memory_type=None, speaker=None)
 @example(text="x\ud800", tenant="t", lookup=False, memory_type=None, speaker=None)
+@example(text='"0""0"', tenant="t", lookup=False, memory_type=None, speaker=None)  # a quoted phrase twice
 @example(text="hello", tenant="t\udcff", lookup=False, memory_type=None, speaker=None)
 def test_query_processor_accepts_valid_text_and_raises_only_input_error(text, tenant, lookup, memory_type, speaker):
     qp = QueryProcessor(DEFAULT_MEMORY_TYPES, stored_spelling if lookup else None, max_chars=MAX_QUERY)

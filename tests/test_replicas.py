@@ -244,12 +244,13 @@ def test_every_write_operation_is_waited_for(dsn, replica_dsn, admin_dsn, standb
     config = replica_config(dsn, replica_dsn, replica_wait_ms=0)
     with opened(config) as system:
         memory_id = system.store("a note about kestrels", tenant="t")
+        system.store("a kestrel seen once", tenant="t", metadata={"forget": "me"})  # forget writes something
         writes = {
             "update": lambda: system.update(memory_id, tenant="t", importance=0.9),
             "invalidate": lambda: system.invalidate(memory_id, tenant="t"),
             "restore": lambda: system.restore(memory_id, tenant="t"),
             "store_many": lambda: system.store_many([{"content": "kestrels hover", "tenant": "t"}]),
-            "forget": lambda: system.forget(tenant="t", where={"nothing": "matches"}),
+            "forget": lambda: system.forget(tenant="t", where={"forget": "me"}),
             "delete": lambda: system.delete([memory_id], tenant="t"),
             "erase_tenant": lambda: system.erase_tenant("t"),
         }

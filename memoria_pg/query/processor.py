@@ -247,10 +247,10 @@ def candidate_ngrams(text: str, max_n: int = 3) -> list[str]:
 
 
 def _merge(first: list[str], more: list[str]) -> list[str]:
-    """`first`, then the items of `more` whose entity_key is new."""
-    merged = list(first)
-    keys = {entity_key(x) or x for x in first}
-    for item in more:
+    """The items of `first`, then of `more`, each once (by entity_key): a quoted phrase may repeat."""
+    merged: list[str] = []
+    keys: set[str] = set()
+    for item in [*first, *more]:
         key = entity_key(item) or item
         if key not in keys:
             keys.add(key)
