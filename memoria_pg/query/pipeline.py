@@ -433,6 +433,9 @@ class QueryPipeline:
         except (psycopg.Error, MemoriaError) as exc:
             first_line = next(iter(str(exc).strip().splitlines()), "")
             return f"{type(exc).__name__}: {first_line}".strip()
+        # A write of the tenant like any other: its next query (on a standby that has replayed it, or the
+        # primary) ranks with these counts. Nothing without standbys.
+        self.reads.wrote(tenant)
         return None
 
 
