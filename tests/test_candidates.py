@@ -6,11 +6,13 @@ import datetime as dt
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.core.types import CandidateRecord, SourceHit
-from memoria_pg.query.candidates import build_candidates, filter_by_type
+from memoria_pg.query.candidates import build_candidates, filter_by_type, float_array, int_array, text_array
 from memoria_pg.query.workers import DEFAULT_WORKERS
 from memoria_pg.query.workers.registry import NO_SHIFT
 from memoria_pg.system import MemorySystem
@@ -264,3 +266,36 @@ def test_typed_query_keeps_only_matching_candidates(system):
     assert response.diagnostics.type_filter_applied
     assert {m.memory_type for m in response.candidates} == {"procedural"}
     assert {m.content for m in response.memories} == {"how to knead bread dough", "how to bake rye bread"}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    texts=st.lists(st.one_of(st.none(), st.text(max_size=12)), max_size=8),
+    ints=st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=8),
+    floats=st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=8),
+)
+def test_array_literals_read_back_as_the_values(system, texts, ints, floats):
+    """The final CTE's hit arrays travel as array literals (candidates.py): every string (quotes,
+    backslashes, braces, commas, 'NULL', the empty string), None, bigint and double reads back unchanged."""
+    texts = [t.replace("\x00", "") if t is not None else None for t in texts]  # PostgreSQL text has no NUL
+    with system.db.connection() as conn:
+        row = conn.execute(
+            "SELECT %s::text[], %s::bigint[], %s::float8[]", (text_array(texts), int_array(ints), float_array(floats))
+        ).fetchone()
+    assert row == (texts, ints, floats)
+
+
+def test_candidates_keep_each_sources_hit_as_sent(system, five):
+    """Sources, scores and ranks come from the hits the caller sent (the statement returns only the
+    fused score): the graph source's fused value is its hop count, a NaN hit is left out."""
+    (a, b, c, *_), _ = five
+    hits = {
+        "vector": [hit(a, "vector", 1, 0.1), hit(b, "vector", 2, float("nan"))],
+        "graph": [hit(b, "graph", 1, 0.9, hops=2), hit(a, "graph", 2, 0.5, hops=1)],
+        "bm25": [hit(c, "bm25", 1, 3.0)],
+    }
+    got = {x.memory_id: x for x in candidates(system, hits)}
+    assert got[a].sources == ["graph", "vector"] and got[b].sources == ["graph"] and got[c].sources == ["bm25"]
+    assert got[a].scores["vector_distance"] == 0.1 and got[a].scores["vector_rank"] == 1.0
+    assert got[b].scores["graph_rank"] == 1.0 and "vector_distance" not in got[b].scores
+    assert got[a].scores[DEFAULT_WORKERS.score_names()["graph"]] == 1.0  # hops, not the hit's score

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,14 +33,19 @@ def final_cte_params(
     weights = dict(registry.weights(method) if weights is None else weights)
     # A hit without a finite score (a NaN distance from a stored vector of zero norm) would make every
     # fused score NaN: it is left out.
-    every = [h for source_hits in hits.values() for h in source_hits]
-    rows = [h for h in every if math.isfinite(registry.source(h.source).fused_score(h))]
+    rows, scores = [], []
+    for source_hits in hits.values():
+        for h in source_hits:
+            score = registry.source(h.source).fused_score(h)
+            if math.isfinite(score):
+                rows.append(h)
+                scores.append(score)
     return {
-        "ids": [h.memory_id for h in rows],
-        "types": [h.memory_type for h in rows],
-        "sources": [h.source for h in rows],
-        "ranks": [h.rank for h in rows],
-        "scores": [registry.source(h.source).fused_score(h) for h in rows],
+        "ids": int_array([h.memory_id for h in rows]),
+        "types": text_array([h.memory_type for h in rows]),
+        "sources": text_array([h.source for h in rows]),
+        "ranks": int_array([h.rank for h in rows]),
+        "scores": float_array(scores),
         "weight_sources": list(weights),
         "weight_values": [float(v) for v in weights.values()],
         "depth": depth,
@@ -52,6 +57,29 @@ def final_cte_params(
         "as_of": validity.as_of,
         "include_invalid": validity.include_invalid,
     }
+
+
+def int_array(values: Iterable[int]) -> str:
+    """`values` as a PostgreSQL array literal, for a parameter the statement casts (`%(ids)s::bigint[]`).
+
+    The final CTE's hit arrays hold a few hundred elements: psycopg adapts a list element by element
+    in Python (about 1 ms of client CPU for the five arrays of a query), this is one join here and
+    one parse on the server. Still parameters: text elements are quoted and escaped (text_array)."""
+    return "{" + ",".join(map(str, map(int, values))) + "}"
+
+
+def float_array(values: Iterable[float]) -> str:
+    """Finite floats as an array literal (repr: the shortest text that reads back the same double)."""
+    return "{" + ",".join(map(repr, map(float, values))) + "}"
+
+
+def text_array(values: Iterable[str | None]) -> str:
+    """Strings as an array literal: each element double-quoted, backslashes and quotes escaped; None is NULL."""
+    return (
+        "{"
+        + ",".join("NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+        + "}"
+    )
 
 
 def candidate_statement(
@@ -87,7 +115,7 @@ def build_candidates(
     statement, params = candidate_statement(
         hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity
     )
-    details = {(h.source, h.memory_id): h.detail for source_hits in hits.values() for h in source_hits}
+    found = _found(hits, registry)
     # Binary results: 200 embeddings arrive as raw float32 instead of 76,800 numbers printed and
     # parsed back (the text parse was most of this statement's time). Same values: the SQL sends
     # `importance` as text, because a binary real is its float32 value, not the decimal it prints.
@@ -95,20 +123,36 @@ def build_candidates(
         register_readable_times(cur)  # a legacy time out of datetime's range fails no query
         rows = cur.execute(statement, params).fetchall()
     names = registry.score_names()
-    return [_candidate(row, details, names) for row in rows]
+    return [_candidate(row, found[row["memory_id"]], names) for row in rows]
+
+
+def _found(
+    hits: Mapping[str, Sequence[SourceHit]], registry: WorkerRegistry
+) -> dict[int, list[tuple[SourceHit, float]]]:
+    """Each memory's hits as the final CTE fused them, by source name: the hit and the score it was
+    fused with (Source.fused_score; a hit without a finite one was left out of the statement)."""
+    found: dict[int, list[tuple[SourceHit, float]]] = {}
+    for source_hits in hits.values():
+        for h in source_hits:
+            score = registry.source(h.source).fused_score(h)
+            if math.isfinite(score):
+                found.setdefault(h.memory_id, []).append((h, score))
+    for memory_hits in found.values():
+        memory_hits.sort(key=lambda pair: pair[0].source)
+    return found
 
 
 def _candidate(
-    row: dict[str, Any], details: Mapping[tuple[str, int], dict[str, Any]], score_names: Mapping[str, str]
+    row: dict[str, Any], found: Sequence[tuple[SourceHit, float]], score_names: Mapping[str, str]
 ) -> CandidateRecord:
     scores: dict[str, float] = {}
-    for source, value, rank in zip(row["sources"], row["scores"], row["ranks"], strict=True):
-        scores[score_names[source]] = float(value)
-        scores[f"{source}_rank"] = float(rank)
-    for source in row["sources"]:
-        for key, value in details.get((source, row["memory_id"]), {}).items():
+    for h, score in found:
+        scores[score_names[h.source]] = score
+        scores[f"{h.source}_rank"] = float(h.rank)
+    for h, _ in found:
+        for key, value in h.detail.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                scores[f"{source}_{key}"] = float(value)
+                scores[f"{h.source}_{key}"] = float(value)
     distance = scores.get("vector_distance")
     base = 1.0 / (1.0 + distance) if distance is not None else 0.0
     embedding = row["embedding"]
@@ -124,7 +168,7 @@ def _candidate(
         access_count=int(row["access_count"]),
         external_id=row["external_id"],
         embedding=_vector(embedding),
-        sources=list(row["sources"]),
+        sources=[h.source for h, _ in found],
         scores=scores,
         base_score=base,
         retrieval_score=float(row["retrieval_score"]),
