@@ -5,11 +5,14 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import psycopg
 import pytest
 
 from memoria_pg.core.types import SourceHit
-from memoria_pg.query.scheduler import CompletionPolicy, Scheduler
+from memoria_pg.query.diagnostics import Diagnostics
+from memoria_pg.query.pipeline import QueryRequest
+from memoria_pg.query.scheduler import CompletionPolicy, Scheduler, Task
 from memoria_pg.query.workers import DEFAULT_WORKERS
 from memoria_pg.query.workers.bm25 import BM25Worker
 from memoria_pg.query.workers.phrase import PhraseWorker
@@ -187,3 +190,42 @@ def test_pipeline_reports_pending_and_failed_sources(config, dsn):
     while active_sleepers(dsn) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert active_sleepers(dsn) == 0
+
+
+def test_each_worker_runs_with_its_plan_mode_and_the_connection_keeps_custom_plans(system, scheduler):
+    """bm25, phrase, graph (SQL) and attribute run on generic plans, vector on custom ones (its shard
+    filter prunes partitions only in a custom plan); the mode is the transaction's, so the pooled
+    connection is back to the pool's force_custom_plan afterwards."""
+    modes: dict[str, str] = {}
+
+    def reading(name: str):
+        def task(conn: psycopg.Connection) -> list[SourceHit]:
+            modes[name] = conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()[0]
+            return []
+
+        return task
+
+    tasks = {
+        "generic": Task(reading("generic"), generic_plans=True),
+        "custom": Task(reading("custom")),
+        "plain": reading("plain"),  # a bare callable: the pool's mode
+    }
+    scheduler.run(tasks, tenant="t", deadline_ms=5000)
+    assert modes == {"generic": "force_generic_plan", "custom": "force_custom_plan", "plain": "force_custom_plan"}
+    with system.db.connection() as conn:
+        assert conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()[0] == "force_custom_plan"
+
+    pipeline = system.pipeline
+    request = QueryRequest(text="Who is Alice Smith?", tenant="t", top_k=5)
+    query, rows = pipeline.process(request, Diagnostics())
+    query, route, _ = pipeline.route(query, None, Diagnostics())
+    ctx = pipeline.context(query, route, np.zeros(system.config.embedding_dim, dtype=np.float32), rows)
+    bound = pipeline.tasks(list(system.pipeline.registry.names), ctx)
+    assert {name: task.generic_plans for name, task in bound.items()} == {
+        "vector": False,
+        "bm25": True,
+        "graph": system.pipeline.graph_backend == "sql",
+        "phrase": True,
+        "attribute": True,
+        "fusion": False,  # it holds the vector worker's statement
+    }

@@ -36,7 +36,7 @@ from .processor import EntityLookup, QueryProcessor, table_lookup
 from .relevance import relevance_pool
 from .response import QueryResponse
 from .routing import Router, submitted_workers
-from .scheduler import Scheduler, WorkerFn
+from .scheduler import Scheduler, Task
 from .shards import per_shard_limit, populated, select_shards, tenant_rows
 from .tracing import persist_trace
 from .workers import Worker, WorkerContext, WorkerRegistry
@@ -263,7 +263,7 @@ class QueryPipeline:
         diag.relevance_fast_path = len(pool) >= top_k
         return {"relevance": pool} if pool else {}
 
-    def tasks(self, names: Sequence[str], ctx: WorkerContext) -> dict[str, WorkerFn]:
+    def tasks(self, names: Sequence[str], ctx: WorkerContext) -> dict[str, Task]:
         """One scheduler task per worker, bound to the query's context."""
         return {name: _bind(self.registry[name](), ctx) for name in names}
 
@@ -445,8 +445,8 @@ def _note_target(diag: Diagnostics, target: ReadTarget, notes: Sequence[str]) ->
     diag.read_your_writes_lsn = lsn_text(target.required_lsn) if target.required_lsn else None
 
 
-def _bind(worker: Worker, ctx: WorkerContext) -> WorkerFn:
-    return lambda conn: worker.run(conn, ctx)
+def _bind(worker: Worker, ctx: WorkerContext) -> Task:
+    return Task(lambda conn: worker.run(conn, ctx), generic_plans=worker.plans_generic(ctx))
 
 
 def _ms(t0: float) -> float:

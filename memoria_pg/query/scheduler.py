@@ -68,6 +68,19 @@ class SchedulerResult:
 WorkerFn = Callable[[psycopg.Connection], list[SourceHit]]
 
 
+@dataclass(frozen=True)
+class Task:
+    """A worker bound to its query (QueryPipeline.tasks): called with the connection like any WorkerFn,
+    and whether its statements run on cached generic plans in their transaction (Worker.generic_plans;
+    a plain WorkerFn keeps the pool's custom plans)."""
+
+    run: WorkerFn
+    generic_plans: bool = False
+
+    def __call__(self, conn: psycopg.Connection) -> list[SourceHit]:
+        return self.run(conn)
+
+
 class Scheduler:
     def __init__(self, db: Database, *, max_workers: int = 8, policy: CompletionPolicy | None = None) -> None:
         self.db = db
@@ -177,11 +190,12 @@ class _Run:
                 self.conns[name] = conn
             try:
                 with conn.transaction():
-                    # The tenant, and the server-side ceiling in case the client-side cancel is
-                    # lost, in one round trip.
+                    # The tenant, the server-side ceiling in case the client-side cancel is lost,
+                    # and the worker's plan mode, in one round trip.
                     conn.execute(
-                        "SELECT set_config('memoria.tenant', %s, true), set_config('statement_timeout', %s, true)",
-                        (self.tenant, str(self.ceiling_ms)),
+                        "SELECT set_config('memoria.tenant', %s, true), set_config('statement_timeout', %s, true), "
+                        "set_config('plan_cache_mode', %s, true)",
+                        (self.tenant, str(self.ceiling_ms), _plan_mode(fn)),
                     )
                     return fn(conn)
             finally:
@@ -216,6 +230,10 @@ class _Run:
         finally:
             for cancel in self.cancels.values():
                 cancel.done.set()
+
+
+def _plan_mode(fn: WorkerFn) -> str:
+    return "force_generic_plan" if getattr(fn, "generic_plans", False) else "force_custom_plan"
 
 
 def _finish_reason(states: Mapping[str, str]) -> str:

@@ -12,6 +12,7 @@ class AttributeWorker(Worker):
 
     name = "attribute"
     sql_name = "workers/attribute"
+    generic_plans = True
     score_name = "attribute_distance"
     lower_is_better = True
     weights = FusionWeights(score=0.3, rrf=0.6)

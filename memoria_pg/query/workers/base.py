@@ -76,6 +76,15 @@ class Worker(Source):
     """
 
     sql_name: ClassVar[str]
+    # Whether the worker's statements may run on their cached generic plans (psycopg prepares a
+    # statement after 5 executions on a connection). The pool forces custom plans, which the vector
+    # worker's shard filter needs to prune partitions; for the others planning a statement each time
+    # costs more than it gains (bm25, phrase, graph, attribute: README, "Why these defaults").
+    generic_plans: ClassVar[bool] = False
+
+    def plans_generic(self, ctx: WorkerContext) -> bool:
+        """Whether this query's statements of the worker run on generic plans (the scheduler sets it)."""
+        return self.generic_plans
 
     @classmethod
     def ready(cls, query: ProcessedQuery, route: Route, config: Config) -> bool:

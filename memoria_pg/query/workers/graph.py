@@ -33,6 +33,11 @@ class GraphWorker(Worker):
     def fused_score(cls, hit: SourceHit) -> float:
         return float(hit.detail.get("hops", hit.score))
 
+    def plans_generic(self, ctx: WorkerContext) -> bool:
+        # The recursive CTE's plan does not depend on its parameters' values; AGE's cypher() call was
+        # not measured on generic plans, so it keeps the pool's custom ones.
+        return ctx.graph_backend == "sql"
+
     def sql(self, ctx: WorkerContext) -> str:
         return load_sql("workers/graph_age" if ctx.graph_backend == "age" else self.sql_name)
 
