@@ -117,9 +117,12 @@ class AsyncMemorySystem:
         ranking: bool | None = None,
         v4: bool | None = None,
         trace: bool | None = None,
+        as_of: Any = None,
+        include_invalid: bool = False,
         **options: Any,
     ) -> QueryResponse:
-        """MemorySystem.query (same options and diagnostics; `options` passes newer ones through)."""
+        """MemorySystem.query (same options and diagnostics: `as_of` answers as of that time,
+        `include_invalid` keeps invalidated memories; `options` passes newer ones through)."""
         return await self.run(
             lambda s: s.query(
                 text,
@@ -131,6 +134,8 @@ class AsyncMemorySystem:
                 ranking=ranking,
                 v4=v4,
                 trace=trace,
+                as_of=as_of,
+                include_invalid=include_invalid,
                 **options,
             )
         )

@@ -125,3 +125,22 @@ def test_a_call_cancelled_before_it_starts_never_runs(system: MemorySystem):
 
     asyncio.run(run())
     assert ran == []
+
+
+def test_as_of_and_include_invalid_reach_the_query(system: MemorySystem):
+    """An invalidated memory is out of a plain async query, and back with include_invalid or as of a
+    time before it was invalidated (the sync API's options, named)."""
+    ids = system.store_many(MEMORIES).ids
+    jonas = ids[1]
+    before = system.get(jonas, tenant="t").created_at
+    system.invalidate(jonas, tenant="t")
+
+    async def run():
+        async with AsyncMemorySystem(system, owns_system=False) as memory:
+            ask = lambda **kw: memory.query("where does Jonas live?", tenant="t", ranking=False, **kw)  # noqa: E731
+            return await ask(), await ask(include_invalid=True), await ask(as_of=before)
+
+    plain, with_invalid, earlier = asyncio.run(run())
+    assert jonas not in [m.memory_id for m in plain.memories]
+    assert jonas in [m.memory_id for m in with_invalid.memories]
+    assert jonas in [m.memory_id for m in earlier.memories]
