@@ -134,6 +134,11 @@ class Config:
     cross_encoder_model: str | None = None
     cross_encoder_top_n: int = 20
     enable_tracing: bool = False
+    # A query whose vector the library computes starts the workers that do not need it (BM25, graph,
+    # phrase, attribute) before embedding it, and the vector worker once it has it: the embedding runs
+    # beside their statements instead of before them (not for a typed query the relevance pool may
+    # answer alone: it needs the vector first). README: "The query path".
+    overlap_embedding: bool = True
     use_age: bool = True  # use AGE for the graph worker when the server has it
     plugins: str | None = None  # "module:function[,module:function]"; each receives the PluginRegistry
     load_plugin_entry_points: bool = False  # also load the memoria_pg.plugins entry points

@@ -15,6 +15,9 @@ class Diagnostics:
     returned_count: int = 0
     query_processing_ms: float = 0.0
     embedding_ms: float = 0.0
+    # The query was embedded while its workers that need no vector ran (Config.overlap_embedding):
+    # retrieval_ms then counts from their start, so it includes the embedding.
+    embedding_overlapped: bool = False
     retrieval_ms: float = 0.0
     database_ms: float = 0.0  # the final CTE (candidate construction)
     ranking_ms: float = 0.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import datetime as dt
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +37,7 @@ from .processor import EntityLookup, QueryProcessor, table_lookup
 from .relevance import relevance_pool
 from .response import QueryResponse
 from .routing import Router, submitted_workers
-from .scheduler import Scheduler, Task
+from .scheduler import Scheduler, SchedulerResult, Task
 from .shards import per_shard_limit, populated, select_shards, tenant_rows
 from .tracing import persist_trace
 from .workers import Worker, WorkerContext, WorkerRegistry
@@ -45,6 +46,7 @@ ProcessorFactory = Callable[[Sequence[str], EntityLookup], QueryProcessor]
 ACCESS_LOCK_TIMEOUT_MS = 100  # how long the access upsert waits for a row lock (best effort)
 # The server the running query reads from (QueryPipeline.read_db): set by `run` for its reads only.
 _READ_DB: contextvars.ContextVar[Database | None] = contextvars.ContextVar("memoria_read_db", default=None)
+_NO_VECTOR = np.zeros(0, dtype=np.float32)  # the context of the workers that start before the query is embedded
 
 
 @dataclass(frozen=True)
@@ -143,14 +145,27 @@ class QueryPipeline:
                     _READ_DB.reset(token)
 
     def retrieval(self, request: QueryRequest, diag: Diagnostics) -> Retrieval:
-        """Processing, embedding and retrieval (V4 or V3): every read of the query."""
+        """Processing, embedding and retrieval (V4 or V3): every read of the query. A V4 query the
+        library embeds starts its workers that need no vector first (Config.overlap_embedding)."""
         query, rows = self.process(request, diag)
-        budget = current_budget()
-        with budget.paused() if budget is not None else contextlib.nullcontext():
-            vector = self.embed(query, request.embedding, diag)  # may load a model: not the statements' time
+        if request.v4 and request.embedding is None and self.config.overlap_embedding:
+            query, route, names = self.route(query, request.workers, diag)
+            if not self.relevance_applies(query):
+                return self.retrieve_overlapped(query, route, names, rows, request, diag)
+            vector = self.embed_unbudgeted(query, None, diag)
+            return self.retrieve_routed(query, route, names, vector, rows, request, diag)
+        vector = self.embed_unbudgeted(query, request.embedding, diag)
         if request.v4:
             return self.retrieve(query, vector, rows, request, diag)
         return self.retrieve_v3(query, vector, rows, request.top_k, diag)
+
+    def embed_unbudgeted(
+        self, query: ProcessedQuery, embedding: Sequence[float] | np.ndarray | None, diag: Diagnostics
+    ) -> np.ndarray:
+        """`embed` outside the query's budget: it may load a model, which is not the statements' time."""
+        budget = current_budget()
+        with budget.paused() if budget is not None else contextlib.nullcontext():
+            return self.embed(query, embedding, diag)
 
     # -- query processing and embedding ---------------------------------------------------------
     def process(self, request: QueryRequest, diag: Diagnostics) -> tuple[ProcessedQuery, dict[str, int]]:
@@ -192,6 +207,19 @@ class QueryPipeline:
     ) -> Retrieval:
         """Route, relevance pool, shards, workers, final CTE, cross-encoder and type filter."""
         query, route, names = self.route(query, request.workers, diag)
+        return self.retrieve_routed(query, route, names, vector, rows, request, diag)
+
+    def retrieve_routed(
+        self,
+        query: ProcessedQuery,
+        route: Route,
+        names: Sequence[str],
+        vector: np.ndarray,
+        rows: Mapping[str, int],
+        request: QueryRequest,
+        diag: Diagnostics,
+    ) -> Retrieval:
+        """`retrieve` once routed: relevance pool, shards, workers, final CTE, cross-encoder, type filter."""
         ctx = self.context(query, route, vector, rows)
         diag.shards = [s.memory_type or "*" for s in ctx.shards]
         t0 = time.perf_counter()
@@ -199,6 +227,51 @@ class QueryPipeline:
         if diag.relevance_fast_path:
             names = []
         hits.update(self.run_workers(names, ctx, diag))
+        return self.finish_retrieval(query, route, hits, t0, diag)
+
+    def retrieve_overlapped(
+        self,
+        query: ProcessedQuery,
+        route: Route,
+        names: Sequence[str],
+        rows: Mapping[str, int],
+        request: QueryRequest,
+        diag: Diagnostics,
+    ) -> Retrieval:
+        """`retrieve_routed` with the embedding beside the workers that need no vector: they start
+        first, the query is embedded meanwhile, then the others (vector) start and the run finishes
+        under the completion policy, its deadline counted from then. Only where the relevance pool
+        cannot answer (relevance_applies): its fast path needs the vector before any worker."""
+        early = [n for n in names if not getattr(self.registry[n], "uses_embedding", True)]
+        late = [n for n in names if n not in early]
+        ctx = self.context(query, route, _NO_VECTOR, rows)
+        diag.shards = [s.memory_type or "*" for s in ctx.shards]
+        if self.config.enable_relevance_pool:
+            diag.relevance_pool_count, diag.relevance_fast_path = 0, False
+        t0 = time.perf_counter()
+        db = self.read_db
+        deadline = self.config.retrieval_deadline_ms
+        running = self.scheduler.start(self.tasks(early, ctx), tenant=query.tenant, deadline_ms=deadline, db=db)
+        try:
+            vector = self.embed_unbudgeted(query, None, diag)
+        except BaseException:
+            running.abandon()  # cancels what still runs; the embedding's error is the query's
+            raise
+        ctx = dataclasses.replace(ctx, embedding=vector)
+        running.add(self.tasks(late, ctx))
+        diag.embedding_overlapped = True
+        if not names:
+            running.finish()
+            return self.finish_retrieval(query, route, self._no_workers(diag), t0, diag)
+        result = running.finish()
+        result.states = {name: result.states[name] for name in names}  # the route's order, as submitted
+        hits = self._record(result, db, diag)
+        return self.finish_retrieval(query, route, dict(hits), t0, diag)
+
+    def finish_retrieval(
+        self, query: ProcessedQuery, route: Route, hits: dict[str, list[SourceHit]], t0: float, diag: Diagnostics
+    ) -> Retrieval:
+        """After the workers: the final CTE, current facts first, the cross-encoder and the type filter."""
         diag.worker_hits = {k: len(v) for k, v in hits.items()}
         diag.retrieval_ms = _ms(t0)
         candidates = retrieval_order(self.candidates(hits, query.tenant, diag, query.validity))
@@ -270,18 +343,30 @@ class QueryPipeline:
     def run_workers(self, names: Sequence[str], ctx: WorkerContext, diag: Diagnostics) -> dict[str, list[SourceHit]]:
         """The workers, concurrently under the completion policy; the completed ones' hits."""
         if not names:
-            diag.retrieval_policy = self.scheduler.policy.name
-            diag.retrieval_finish_reason = "relevance_fast_path" if diag.relevance_fast_path else "no_workers"
-            diag.policy_satisfied = True
-            return {}
+            return self._no_workers(diag)
         db = self.read_db
         result = self.scheduler.run(
             self.tasks(names, ctx), tenant=ctx.query.tenant, deadline_ms=self.config.retrieval_deadline_ms, db=db
         )
+        return self._record(result, db, diag)
+
+    def _no_workers(self, diag: Diagnostics) -> dict[str, list[SourceHit]]:
+        diag.retrieval_policy = self.scheduler.policy.name
+        diag.retrieval_finish_reason = "relevance_fast_path" if diag.relevance_fast_path else "no_workers"
+        diag.policy_satisfied = True
+        return {}
+
+    def _record(self, result: SchedulerResult, db: Database, diag: Diagnostics) -> dict[str, list[SourceHit]]:
         diag.record_scheduler(result)
         if result.broken and db is not self.db:  # a standby failed under them: QueryPipeline.read runs again
             raise ReplicaFailed(f"workers {', '.join(result.broken)} lost their standby connection")
         return result.hits
+
+    def relevance_applies(self, query: ProcessedQuery) -> bool:
+        """Whether the relevance pool may hold memories for this query (relevance.py: a typed query
+        whose type is not the default one), so that it must run, with the vector, before the workers."""
+        hint = query.memory_type_hint
+        return self.config.enable_relevance_pool and bool(hint) and hint != self.config.default_memory_type
 
     def candidates(
         self,

@@ -96,30 +96,17 @@ class Scheduler:
         Inside a query's budget (db/budget.py) the deadline is at most what remains of it, and so is
         each statement's server-side ceiling (else the deadline plus a second); a budget already spent
         is QueryTimeout."""
-        ceiling_ms = deadline_ms + 1000
-        budget = current_budget()
-        if budget is not None:
-            left = budget.require_ms()
-            deadline_ms, ceiling_ms = min(deadline_ms, left), min(ceiling_ms, left)
-        run = _Run(db or self.db, tenant, deadline_ms, ceiling_ms)
-        futures = {self._executor.submit(run.execute, name, fn): name for name, fn in tasks.items()}
-        cf.wait(futures, timeout=deadline_ms / 1000.0, return_when=cf.ALL_COMPLETED)
-        states, hits, to_cancel = run.stop(tasks)
-        wait_ms = (time.perf_counter() - run.start) * 1000
-        run.cancel(to_cancel)
-        if to_cancel:
-            cf.wait([f for f, n in futures.items() if states[n] == PENDING], timeout=CANCEL_GRACE_S)
-        return SchedulerResult(
-            hits,
-            states,
-            dict(run.errors),
-            dict(run.worker_ms),
-            _finish_reason(states),
-            self.policy.satisfied(states),
-            wait_ms,
-            self.policy.name,
-            list(run.broken),
-        )
+        return self.start(tasks, tenant=tenant, deadline_ms=deadline_ms, db=db).finish()
+
+    def start(
+        self, tasks: Mapping[str, WorkerFn], *, tenant: str, deadline_ms: int, db: Database | None = None
+    ) -> Running:
+        """`run` in two steps: the tasks start now, more may be added (`Running.add`, e.g. the vector
+        worker once the query is embedded), and `Running.finish` waits under the completion policy. The
+        deadline counts from the last `add` (or from here): a task added early may run longer."""
+        running = Running(self, db or self.db, tenant, deadline_ms)
+        running.add(tasks)
+        return running
 
     def run_sequential(self, tasks: Mapping[str, WorkerFn], tenant: str) -> dict[str, list[SourceHit]]:
         """The same workers one after another on one connection (benchmarks compare against this)."""
@@ -131,6 +118,73 @@ class Scheduler:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class Running:
+    """One scheduler run in progress (Scheduler.start): its tasks run on pooled connections while the
+    caller does other work; `finish` ends it under the completion policy."""
+
+    def __init__(self, scheduler: Scheduler, db: Database, tenant: str, deadline_ms: int) -> None:
+        self.scheduler, self.policy, self.deadline_ms = scheduler, scheduler.policy, deadline_ms
+        self.run = _Run(db, tenant, deadline_ms, deadline_ms + 1000)
+        self.tasks: dict[str, WorkerFn] = {}
+        self.futures: dict[cf.Future[None], str] = {}
+        self.finished = False
+        self._clock(deadline_ms)
+
+    def _clock(self, deadline_ms: int) -> None:
+        # Inside a query's budget the deadline and every statement's ceiling are at most what remains
+        # of it (QueryTimeout when nothing does); the deadline counts from now.
+        ceiling_ms = deadline_ms + 1000
+        budget = current_budget()
+        if budget is not None:
+            left = budget.require_ms()
+            deadline_ms, ceiling_ms = min(deadline_ms, left), min(ceiling_ms, left)
+        with self.run.lock:
+            self.run.deadline_at = time.perf_counter() + deadline_ms / 1000.0
+            self.run.ceiling_ms = ceiling_ms
+
+    def add(self, tasks: Mapping[str, WorkerFn]) -> None:
+        """Start more tasks (names not used yet in this run); the deadline restarts from now."""
+        if self.finished:
+            raise RuntimeError("this scheduler run has finished")
+        if self.tasks:
+            self._clock(self.deadline_ms)
+        for name, fn in tasks.items():
+            if name in self.tasks:
+                raise ValueError(f"task {name!r} was already started in this run")
+            self.tasks[name] = fn
+            self.futures[self.scheduler._executor.submit(self.run.execute, name, fn)] = name
+
+    def abandon(self) -> None:
+        """End the run now (the caller failed before finishing it): statements still running are
+        cancelled, nothing is recorded."""
+        with self.run.lock:
+            self.run.deadline_at = time.perf_counter()
+        self.finish()
+
+    def finish(self) -> SchedulerResult:
+        """Wait for the tasks until the deadline; the completed ones' hits, every task's state; the
+        statements still running are cancelled (module docstring)."""
+        self.finished = True
+        run = self.run
+        cf.wait(self.futures, timeout=max(0.0, run.deadline_at - time.perf_counter()), return_when=cf.ALL_COMPLETED)
+        states, hits, to_cancel = run.stop(self.tasks)
+        wait_ms = (time.perf_counter() - run.start) * 1000
+        run.cancel(to_cancel)
+        if to_cancel:
+            cf.wait([f for f, n in self.futures.items() if states[n] == PENDING], timeout=CANCEL_GRACE_S)
+        return SchedulerResult(
+            hits,
+            states,
+            dict(run.errors),
+            dict(run.worker_ms),
+            _finish_reason(states),
+            self.policy.satisfied(states),
+            wait_ms,
+            self.policy.name,
+            list(run.broken),
+        )
 
 
 @dataclass
@@ -158,6 +212,7 @@ class _Run:
         self.lock = threading.Lock()
         self.stopped = threading.Event()
         self.start = time.perf_counter()
+        self.deadline_at = self.start + deadline_ms / 1000.0  # Running moves it when tasks are added
 
     def execute(self, name: str, fn: WorkerFn) -> None:
         t0 = time.perf_counter()
@@ -182,7 +237,9 @@ class _Run:
     def _statement(self, name: str, fn: WorkerFn, t0: float) -> list[SourceHit] | None:
         # Waiting for a connection counts against the deadline: past it nobody reads the result,
         # and a thread blocked on an exhausted pool would delay the next queries.
-        wait = min(self.db.timeout, max(0.0, self.deadline_ms / 1000.0 - (t0 - self.start)))
+        with self.lock:
+            deadline_at, ceiling_ms = self.deadline_at, self.ceiling_ms
+        wait = min(self.db.timeout, max(0.0, deadline_at - t0))
         with self.db.connection(timeout=wait) as conn:
             with self.lock:
                 if self.stopped.is_set():
@@ -195,7 +252,7 @@ class _Run:
                     conn.execute(
                         "SELECT set_config('memoria.tenant', %s, true), set_config('statement_timeout', %s, true), "
                         "set_config('plan_cache_mode', %s, true)",
-                        (self.tenant, str(self.ceiling_ms), _plan_mode(fn)),
+                        (self.tenant, str(ceiling_ms), _plan_mode(fn)),
                     )
                     return fn(conn)
             finally:

@@ -12,6 +12,7 @@ class AttributeWorker(Worker):
 
     name = "attribute"
     sql_name = "workers/attribute"
+    uses_embedding = False
     generic_plans = True
     score_name = "attribute_distance"
     lower_is_better = True

@@ -81,6 +81,9 @@ class Worker(Source):
     # worker's shard filter needs to prune partitions; for the others planning a statement each time
     # costs more than it gains (bm25, phrase, graph, attribute: README, "Why these defaults").
     generic_plans: ClassVar[bool] = False
+    # Whether the worker reads ctx.embedding. One that does not may start before the query is embedded
+    # (Config.overlap_embedding); a worker that does not declare it is taken to need it.
+    uses_embedding: ClassVar[bool] = True
 
     def plans_generic(self, ctx: WorkerContext) -> bool:
         """Whether this query's statements of the worker run on generic plans (the scheduler sets it)."""

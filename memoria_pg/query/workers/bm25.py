@@ -26,6 +26,7 @@ class BM25Worker(Worker):
 
     name = "bm25"
     sql_name = "workers/bm25"
+    uses_embedding = False
     generic_plans = True
     score_name = "bm25"
     weights = FusionWeights(score=0.5, rrf=1.0)

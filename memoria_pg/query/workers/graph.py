@@ -21,6 +21,7 @@ class GraphWorker(Worker):
 
     name = "graph"
     sql_name = "workers/graph"
+    uses_embedding = False
     score_name = "graph_hops"
     lower_is_better = True
     weights = FusionWeights(score=0.0, rrf=0.0)

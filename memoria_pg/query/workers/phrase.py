@@ -14,6 +14,7 @@ class PhraseWorker(Worker):
 
     name = "phrase"
     sql_name = "workers/phrase"
+    uses_embedding = False
     generic_plans = True
     score_name = "phrase"
     weights = FusionWeights(score=0.0, rrf=0.0)  # auxiliary: adds candidates, feeds the phrase_hit signal
