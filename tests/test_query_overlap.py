@@ -1,0 +1,116 @@
+"""The query embedding beside the workers that need no vector (Config.overlap_embedding), on a real
+server: they start before the library embeds the query, the answer is the one of the sequential path,
+and a typed query the relevance pool may answer, or a supplied vector, keeps the sequential order."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.query.workers.bm25 import BM25Worker
+from memoria_pg.system import MemorySystem
+
+MEMORIES = [
+    {"content": "Jonas lives in Porto and plays the cello.", "tenant": "t"},
+    {"content": "Maya's favourite colour is teal.", "tenant": "t", "memory_type": "preference"},
+    {"content": "Jonas met Maya at the Porto book fair.", "tenant": "t"},
+]
+
+
+class WatchingEmbedder(HashEmbedder):
+    """HashEmbedder that, before embedding a query, waits (at most `patience` s) for the BM25 worker
+    to have run, and records whether it had."""
+
+    def __init__(self, bm25_ran: threading.Event, patience: float) -> None:
+        super().__init__()
+        self.bm25_ran, self.patience = bm25_ran, patience
+        self.saw_bm25: list[bool] = []
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) == 1:  # a query (store_many embeds its records in batches of several)
+            self.saw_bm25.append(self.bm25_ran.wait(self.patience))
+        return super().embed(texts)
+
+
+@pytest.fixture
+def watched(config, monkeypatch):
+    ran = threading.Event()
+    run = BM25Worker.run
+
+    def run_and_signal(self, conn, ctx):
+        hits = run(self, conn, ctx)
+        ran.set()
+        return hits
+
+    monkeypatch.setattr(BM25Worker, "run", run_and_signal)
+    embedder = WatchingEmbedder(ran, patience=10.0)
+    with MemorySystem(config.replace(query_cache_size=0), embedder=embedder) as system:
+        system.store_many(MEMORIES + [{"content": f"filler note {i} about Lisbon", "tenant": "t"} for i in range(8)])
+        embedder.saw_bm25.clear()
+        yield system, embedder, ran
+
+
+def test_bm25_runs_while_the_query_is_embedded(watched):
+    system, embedder, ran = watched
+    response = system.query("where does Jonas live?", tenant="t", ranking=False)
+    assert embedder.saw_bm25 == [True]  # BM25 had finished before the embedder was done waiting
+    d = response.diagnostics
+    assert d.embedding_overlapped and d.policy_satisfied and d.submitted_sources[0] == "vector"
+    assert {"vector", "bm25"} <= set(d.completed_sources)
+    assert "Jonas lives in Porto" in response.memories[0].content
+
+
+def test_the_overlapped_answer_is_the_sequential_one(watched, config):
+    system, embedder, ran = watched
+    overlapped = system.query("Jonas and Maya in Porto", tenant="t", ranking=False)
+    with MemorySystem(config.replace(overlap_embedding=False), embedder=HashEmbedder()) as sequential_system:
+        sequential = sequential_system.query("Jonas and Maya in Porto", tenant="t", ranking=False)
+    assert overlapped.diagnostics.embedding_overlapped and not sequential.diagnostics.embedding_overlapped
+    assert [(m.memory_id, m.sources, m.retrieval_score) for m in overlapped.memories] == [
+        (m.memory_id, m.sources, m.retrieval_score) for m in sequential.memories
+    ]
+    assert overlapped.diagnostics.submitted_sources == sequential.diagnostics.submitted_sources
+
+
+def test_a_typed_query_or_a_supplied_vector_embeds_first(watched):
+    system, embedder, ran = watched
+    embedder.patience = 0.0  # nothing to wait for: the query is embedded before any worker starts
+    ran.clear()
+    typed = system.query("teal", tenant="t", memory_type="preference", ranking=False)
+    assert not typed.diagnostics.embedding_overlapped and embedder.saw_bm25 == [False]
+    supplied = system.query("teal", tenant="t", embedding=HashEmbedder().embed(["teal"])[0], ranking=False)
+    assert not supplied.diagnostics.embedding_overlapped
+
+
+def every_connection_back(system: MemorySystem, within_s: float = 10.0) -> bool:
+    """Whether the pool has all its connections idle again (a cancelled worker returns its own once
+    the cancel was answered, CANCEL_WAIT_S at most)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        stats = system.db.pool.get_stats()
+        if stats["pool_size"] == stats.get("pool_available", 0):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_failing_embedding_fails_the_query_and_leaves_the_pool_whole(config):
+    class Broken(HashEmbedder):
+        def embed(self, texts: Sequence[str]) -> np.ndarray:
+            if len(texts) == 1:
+                raise RuntimeError("the model fell over")
+            return super().embed(texts)
+
+    with MemorySystem(config.replace(query_cache_size=0), embedder=Broken()) as system:
+        system.store_many(MEMORIES)
+        for _ in range(3):
+            with pytest.raises(Exception, match="the model fell over"):
+                system.query("where does Jonas live?", tenant="t")
+        assert every_connection_back(system)
+        ok = system.query("where does Jonas live?", tenant="t", embedding=HashEmbedder().embed(["Jonas"])[0])
+        assert ok.memories
