@@ -297,7 +297,8 @@ def fuzz_batch(system: MemorySystem, stats: Stats, batch_seed: int, examples: in
 def seed_corpus(system: MemorySystem, n: int) -> None:
     embedder = HashEmbedder()
     world = corpus.universe(7, len(TENANTS))
-    records = list(corpus.memories(n, seed=7, n_tenants=len(TENANTS), world=world))
+    # Short memories: the seed corpus the fuzzed calls meet, not a cost measurement.
+    records = list(corpus.memories(n, seed=7, n_tenants=len(TENANTS), world=world, profile="short"))
     for record in records:
         record["tenant"] = TENANTS[hash(record["tenant"]) % len(TENANTS)]
         record["embedding"] = embedder.embed([normalize(record["content"])])[0]

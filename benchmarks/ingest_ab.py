@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from corpus import add_profile_argument  # no library import: the children measure other checkouts
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_ADMIN_DSN = "postgresql://postgres@127.0.0.1:55432/postgres"
@@ -51,7 +53,9 @@ def child(args) -> int:
 
     config = Config.from_env(dsn=args.child_dsn, use_age=False, pool_min_size=2, pool_max_size=8)
     world = corpus.universe(args.seed, args.tenants)
-    run = argparse.Namespace(n=args.n, seed=args.seed, tenants=args.tenants, batch_size=args.batch)
+    run = argparse.Namespace(
+        n=args.n, seed=args.seed, tenants=args.tenants, batch_size=args.batch, profile=args.profile
+    )
     load0 = os.getloadavg()[0]
     with MemorySystem(config, auto_migrate=False) as system, psycopg.connect(args.child_dsn, autocommit=True) as admin:
         meter = CpuMeter(admin)
@@ -116,6 +120,8 @@ def measure(args, variant: dict) -> dict:
         str(args.seed),
         "--tenants",
         str(args.tenants),
+        "--profile",
+        args.profile,
     ]
     if "batch" in variant:
         cmd += ["--batch", variant["batch"]]
@@ -142,7 +148,8 @@ def markdown(args, variants: list[dict], runs: dict[str, list[dict]]) -> str:
         return "-" if x is None else f"{x:,.{nd}f}"
 
     lines = [
-        f"# Ingestion side by side: {args.n:,} memories, {args.rounds} round(s), {os.cpu_count()} CPUs",
+        f"# Ingestion side by side: {args.n:,} memories ({args.profile} profile), {args.rounds} round(s), "
+        f"{os.cpu_count()} CPUs",
         "",
         "Vectors supplied (HashEmbedder), indexes in place, fresh database per run, variants alternated. "
         "Medians over the rounds.",
@@ -195,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db-name", default="memoria_ingest_ab")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--tenants", type=int, default=10)
+    add_profile_argument(p)
     p.add_argument("--json", help="also write every run to this JSON file")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--child-dsn", help=argparse.SUPPRESS)

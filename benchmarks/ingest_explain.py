@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--seed", type=int, default=99)
     p.add_argument("--tenants", type=int, default=10)
+    corpus.add_profile_argument(p)
     p.add_argument("--plans", action="store_true", help="print the plans (of the first tenant)")
     p.add_argument(
         "--setup",
@@ -84,7 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     embed = library.hash_embed()
     world = corpus.universe(7, args.tenants)  # the tenants of the stored corpus, new texts
     records = list(
-        corpus.memories(args.batch * args.repeat, seed=args.seed, n_tenants=args.tenants, world=world, embed=embed)
+        corpus.memories(
+            args.batch * args.repeat,
+            seed=args.seed,
+            n_tenants=args.tenants,
+            world=world,
+            embed=embed,
+            profile=args.profile,
+        )
     )
     config = Config.from_env(dsn=args.dsn, use_age=False, pool_min_size=1, pool_max_size=2)
     with MemorySystem(config, auto_migrate=False) as system:

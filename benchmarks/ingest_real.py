@@ -2,7 +2,13 @@
 sets the evaluation reads (SciFact and HotpotQA abstracts, LoCoMo turns with their context, MS MARCO
 passages), read from MEMORIA_EVAL_DATA (--data) where they lie, never copied.
 
-    python benchmarks/ingest_real.py --sets scifact,hotpotqa,locomo,synthetic [--prefill 1000] [--batch 500]
+    python benchmarks/ingest_real.py --sets scifact,hotpotqa,locomo,synthetic-short,synthetic-realistic \
+        [--prefill 1000] [--batch 500]
+
+The synthetic sets are benchmarks/corpus.py's memories (seed 99, 10 tenants) in its short profile (one
+templated sentence) or its realistic one (built to the length and entities of HotpotQA paragraphs,
+corpus.REALISTIC_TARGET, measured by benchmarks/corpus_profile.py); "synthetic" is the default profile,
+realistic.
 
 For each set, in a database of its own (dropped at the end): the first --prefill memories are stored
 (committed, indexes in place: the state a user's next batch meets), then --repeat batches of --batch
@@ -14,7 +20,8 @@ each text when the cache has them (the memory's vector as the library builds it:
 with its context), else HashEmbedder's: vectors are supplied either way, no model runs for a cached set.
 
 Reported per set: characters, BM25 terms, entities and co-occurring pairs per memory (what the cost
-follows), server and client CPU ms per memory by step, and memories/s. Writes
+follows), server and client CPU ms per memory by step, and memories/s. With --rounds R every set is
+measured R times, the sets alternating (A B C, C B A, ...), and the medians are reported. Writes
 results/ingest/<timestamp>-real.md (also printed).
 """
 
@@ -39,6 +46,7 @@ from memoria_pg import Config, HashEmbedder, MemorySystem, embed_memories, norma
 
 OUT = Path(__file__).resolve().parent.parent / "results" / "ingest"
 REAL = ("scifact", "hotpotqa", "locomo", "msmarco")
+SYNTHETIC = {f"synthetic-{p}": p for p in corpus.PROFILES} | {"synthetic": corpus.DEFAULT_PROFILE}
 
 
 def real_records(root: Path, name: str, n: int, cache_dir: Path) -> list[dict[str, Any]]:
@@ -55,9 +63,13 @@ def real_records(root: Path, name: str, n: int, cache_dir: Path) -> list[dict[st
              "created_at": d.created_at, "embedding": v} for d, v in zip(docs, vectors)]  # fmt: skip
 
 
-def synthetic_records(n: int) -> list[dict[str, Any]]:
+def synthetic_records(n: int, profile: str) -> list[dict[str, Any]]:
     embedder = HashEmbedder()
-    return list(corpus.memories(n, seed=99, n_tenants=10, embed=lambda t: embedder.embed([normalize(t)])[0]))
+
+    def embed(text: str) -> list[float]:
+        return embedder.embed([normalize(text)])[0]
+
+    return list(corpus.memories(n, seed=99, n_tenants=10, embed=embed, profile=profile))
 
 
 def shape(dsn: str) -> dict[str, float]:
@@ -96,7 +108,7 @@ def database(admin: str, name: str) -> str:
 
 
 def measure(admin: str, name: str, records: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
-    db = f"memoria_ingest_real_{name}"
+    db = f"{args.db_prefix}_{name.replace('-', '_')}"
     dsn = database(admin, db)
     try:
         config = Config(dsn=dsn, use_age=args.age, pool_min_size=1, pool_max_size=4)
@@ -136,7 +148,9 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
         f"# Ingestion on real text ({time.strftime('%Y-%m-%d %H:%M')}, commit {commit}, {os.cpu_count()} CPUs, "
         f"graph {'AGE' if args.age else 'SQL'})", "",
         f"{args.prefill} memories stored first, then {args.repeat} batches of {args.batch} measured statement by "
-        "statement (rolled back), then the same batches stored with store_many (wall clock).", "",
+        "statement (rolled back), then the same batches stored with store_many (wall clock)"
+        + (f"; {args.rounds} rounds, the sets alternating, medians over all batches (store_many: over the rounds)."
+           if args.rounds > 1 else ".") + " synthetic-*: benchmarks/corpus.py in that profile.", "",
         "| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names),
     ]  # fmt: skip
     for key, label in (("chars", "characters / memory"), ("terms", "BM25 postings / memory"),
@@ -146,6 +160,12 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     server = {n: sum(v for k, v in med[n].items() if "(client)" not in k) for n in names}
     client = {n: sum(v for k, v in med[n].items() if "(client)" in k) for n in names}
     lines.append("| **server CPU ms / memory** | " + " | ".join(f"**{server[n]:.3f}**" for n in names) + " |")
+    spread = {n: [sum(v for k, v in run.items() if "(client)" not in k) for run in results[n]["runs"]] for n in names}
+    lines.append(
+        "| server CPU ms / memory, batches' range | "
+        + " | ".join(f"{min(spread[n]):.2f} - {max(spread[n]):.2f}" for n in names)
+        + " |"
+    )
     lines.append("| client CPU ms / memory | " + " | ".join(f"{client[n]:.3f}" for n in names) + " |")
     lines.append("| store_many memories/s (wall) | " + " | ".join(f"{results[n]['per_s']:.0f}" for n in names) + " |")
     for step in sorted(steps, key=lambda k: -max(med[n][k] for n in names)):
@@ -162,23 +182,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, default=os.environ.get("MEMORIA_EVAL_DATA"))
     p.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "memoria-pg" / "eval")
     p.add_argument("--sets", default="scifact,hotpotqa,locomo,synthetic")
+    p.add_argument("--db-prefix", default="memoria_ingest_real", help="each set's database: PREFIX_<set>")
     p.add_argument("--prefill", type=int, default=1000)
     p.add_argument("--batch", type=int, default=500)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=1, help="measure every set this many times (medians reported)")
     p.add_argument("--age", action="store_true", help="mirror into the AGE graph (the server must have AGE)")
     args = p.parse_args(argv)
     need = args.prefill + args.batch * args.repeat
-    results: dict[str, dict[str, Any]] = {}
+    loaded: dict[str, list[dict[str, Any]]] = {}
     for name in args.sets.split(","):
         if name in REAL and args.data is None:
             raise SystemExit("the real sets need --data or MEMORIA_EVAL_DATA")
-        records = (
-            synthetic_records(need) if name == "synthetic" else real_records(args.data, name, need, args.cache_dir)
-        )
+        if name in SYNTHETIC:
+            profile = SYNTHETIC[name]
+            name = f"synthetic-{profile}"  # "synthetic" is reported as the profile it stands for
+            records = synthetic_records(need, profile)
+        else:
+            records = real_records(args.data, name, need, args.cache_dir)
         if len(records) < need:
             raise SystemExit(f"{name}: {len(records)} documents, fewer than --prefill + --batch * --repeat = {need}")
-        print(f"[{time.strftime('%H:%M:%S')}] {name}: {len(records)} records", file=sys.stderr, flush=True)
-        results[name] = measure(args.dsn, name, records, args)
+        loaded[name] = records
+    results: dict[str, dict[str, Any]] = {}
+    for r in range(args.rounds):  # the sets alternate (A B C, C B A, ...): drifting load hits them alike
+        for name in list(loaded) if r % 2 == 0 else list(reversed(loaded)):
+            print(f"[{time.strftime('%H:%M:%S')}] round {r + 1}: {name}", file=sys.stderr, flush=True)
+            one = measure(args.dsn, name, loaded[name], args)
+            if name in results:
+                results[name]["runs"] += one["runs"]
+                results[name]["rates"].append(one["per_s"])
+            else:
+                results[name] = {**one, "rates": [one["per_s"]]}
+    for result in results.values():
+        result["per_s"] = statistics.median(result["rates"])
+    results = {name: results[name] for name in loaded}
     text = report(results, args)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{dt.datetime.now():%Y%m%dT%H%M%S}-real.md").write_text(text)

@@ -138,6 +138,11 @@ class _TimedDatabase:
         return getattr(self._db, name)
 
 
+def profile(args) -> str:
+    """The corpus profile a run measures: args.profile (--profile), else corpus.DEFAULT_PROFILE."""
+    return getattr(args, "profile", None) or corpus.DEFAULT_PROFILE
+
+
 def ingest(system: MemorySystem, args, world: corpus.Universe) -> dict[str, Any]:
     embed = library.hash_embed()
     spent: dict[str, float] = {}
@@ -152,7 +157,11 @@ def ingest(system: MemorySystem, args, world: corpus.Universe) -> dict[str, Any]
     setattr(ing, copy, timed_calls(getattr(ing, copy), spent, "sql_copy_s"))
     ing.db = _TimedDatabase(ing.db, spent)
     records = timed_iter(
-        corpus.memories(args.n, seed=args.seed, n_tenants=args.tenants, world=world, embed=embed), spent, "generate_s"
+        corpus.memories(
+            args.n, seed=args.seed, n_tenants=args.tenants, world=world, embed=embed, profile=profile(args)
+        ),
+        spent,
+        "generate_s",
     )
     marks = [(m, max(1, round(args.n * m))) for m in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)]
     samples: list[dict[str, float]] = []
@@ -190,6 +199,7 @@ def ingest(system: MemorySystem, args, world: corpus.Universe) -> dict[str, Any]
     library_s = elapsed - spent.get("generate_s", 0.0)
     return {
         "records": args.n,
+        "profile": profile(args),
         "inserted": result.inserted,
         "duplicates": result.duplicates,
         "copy_rows": result.copy_rows,

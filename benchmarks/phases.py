@@ -47,8 +47,11 @@ class Bench:
 
 
 def answered(response, q: corpus.Query) -> bool | None:
+    """Whether a memory that states the fact is among the results (None: not an attribute question)."""
     if q.expect is None:
         return None
+    if q.statements:
+        return any(t.casefold() in m.content.casefold() for m in response.memories for t in q.statements)
     want = q.expect.casefold()
     return any(want in m.content.casefold() and q.subject.casefold() in m.content.casefold() for m in response.memories)
 

@@ -56,6 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--seed", type=int, default=7)
+    corpus.add_profile_argument(p)
     p.add_argument("--out", default="results/replicas")
     p.add_argument("--keep", action="store_true")
     p.add_argument("--phases", choices=("all", "ingest", "routing"), default="all", help="stop after this one")
@@ -95,7 +96,12 @@ def wait_caught_up(primary: str, standby: str) -> float:
 def ingest_lag(system: MemorySystem, args: argparse.Namespace, world: corpus.Universe, standby: str) -> dict:
     embedder = HashEmbedder()
     records = corpus.memories(
-        args.n, seed=args.seed, n_tenants=args.tenants, world=world, embed=lambda t: embedder.embed([normalize(t)])[0]
+        args.n,
+        seed=args.seed,
+        n_tenants=args.tenants,
+        world=world,
+        embed=lambda t: embedder.embed([normalize(t)])[0],
+        profile=args.profile,
     )
     samples: list[tuple[float, int, float]] = []
     stop = threading.Event()

@@ -254,7 +254,8 @@ def markdown(results: dict[str, Any]) -> str:
             else ""
         )
         + ".",
-        f"Database `{results['database']}`; {args['tenants']} tenants, seed {args['seed']}, "
+        f"Database `{results['database']}`; {args['tenants']} tenants, seed {args['seed']}, corpus profile "
+        f"{args.get('profile', 'short')} (benchmarks/corpus.py), "
         f"{len(results['passes']['v4'])} queries. Graph backend: SQL (recursive CTE; AGE graph not created).",
         "",
         "**Vectors are synthetic**: HashEmbedder bag-of-words vectors (hashed tokens, unit length), not the "

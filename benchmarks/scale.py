@@ -130,6 +130,7 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--tenants", type=int, default=10)
     p.add_argument("--seed", type=int, default=7)
+    corpus.add_profile_argument(p)
     p.add_argument("--batch-size", type=int, default=None, help="store_many batch size (default: config)")
     p.add_argument("--threads", default="1,4,8", help="client thread counts for the throughput phase")
     p.add_argument("--rounds", type=int, default=2, help="passes over the queries per throughput level")

@@ -54,6 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--search-share", type=float, default=0.8)
     p.add_argument("--port", type=int, default=18080)
     p.add_argument("--seed", type=int, default=7)
+    corpus.add_profile_argument(p)
     p.add_argument("--json", help="write the figures here too")
     p.add_argument("--keep", action="store_true", help="keep the database")
     return p.parse_args(argv)
@@ -71,7 +72,12 @@ def summary(values: list[float]) -> dict[str, float]:
 def load_corpus(system: MemorySystem, args: argparse.Namespace, world: corpus.Universe) -> None:
     embedder = HashEmbedder()
     records = corpus.memories(
-        args.n, seed=args.seed, n_tenants=args.tenants, world=world, embed=lambda t: embedder.embed([normalize(t)])[0]
+        args.n,
+        seed=args.seed,
+        n_tenants=args.tenants,
+        world=world,
+        embed=lambda t: embedder.embed([normalize(t)])[0],
+        profile=args.profile,
     )
     result = system.store_many(records)
     with psycopg.connect(system.dsn, autocommit=True) as conn:

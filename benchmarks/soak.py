@@ -10,18 +10,18 @@ deleted) holds the content of its last acknowledged update, a NotFound only ever
 deleted, and the BM25 document counts, lengths and document frequencies and the co-occurrence weights
 equal a recount from the postings and mentions.
 
-It loads a synthetic corpus (benchmarks/corpus.py, HashEmbedder vectors supplied, so no model runs),
-then runs the clients and writers concurrently and reports, per 5-second window, the operations, the
-errors and the latency percentiles of queries and writes. The cancel race (issue 15, point 1) follows
-on the same database: a second MemorySystem whose retrieval deadline (--race-deadline-ms, 40) cancels
-workers all the time, on a pool (--race-pool, 4) too small for its query clients (--race-clients, 6)
-and a writer, so that connections a cancel was meant for are wanted by other callers at once. A
-cancel that reached another caller's statement shows as a query or a write failing with
-QueryCanceled, or a worker failed by a cancel request; any of them is an error of the run (a worker
-`pending` at the deadline, or `failed` with PoolTimeout on the small pool, is not). At the end it
-checks that every write the library acknowledged (an id returned by store/store_many) is in the
-database and that no row exists that was not acknowledged. Exit status 1 when there was any error or
-lost write, 0 otherwise.
+It loads a synthetic corpus (benchmarks/corpus.py, its short profile unless --profile realistic;
+HashEmbedder vectors supplied, so no model runs), then runs the clients and writers concurrently and
+reports, per 5-second window, the operations, the errors and the latency percentiles of queries and
+writes. The cancel race (issue 15, point 1) follows on the same database: a second MemorySystem whose
+retrieval deadline (--race-deadline-ms, 40) cancels workers all the time, on a pool (--race-pool, 4) too
+small for its query clients (--race-clients, 6) and a writer, so that connections a cancel was meant for
+are wanted by other callers at once. A cancel that reached another caller's statement shows as a query
+or a write failing with QueryCanceled, or a worker failed by a cancel request; any of them is an error
+of the run (a worker `pending` at the deadline, or `failed` with PoolTimeout on the small pool, is not).
+At the end it checks that every write the library acknowledged (an id returned by store/store_many) is
+in the database and that no row exists that was not acknowledged. Exit status 1 when there was any error
+or lost write, 0 otherwise.
 
     python benchmarks/soak.py --n 100000 --duration 600   # the full run (then a 60 s cancel race)
     python benchmarks/soak.py --ci                         # 2k memories for 20 s, a 15 s race (the tests run it)
@@ -126,6 +126,7 @@ def load(system: MemorySystem, args, world: corpus.Universe, ledger: Ledger) -> 
         n_tenants=args.tenants,
         world=world,
         embed=lambda text: embedder.embed([normalize(text)])[0],
+        profile=args.profile,
     )
     tenants: list[str] = []  # in input order, as result.ids
 
@@ -186,7 +187,9 @@ def writer(
 ) -> None:
     embedder = HashEmbedder()
     rng = random.Random(f"soak-writer-{number}")
-    generated = corpus.memories(10**9, seed=args.seed + 1000 + number, n_tenants=args.tenants, world=world)
+    generated = corpus.memories(
+        10**9, seed=args.seed + 1000 + number, n_tenants=args.tenants, world=world, profile=args.profile
+    )
     seq = 0
     while not stop.is_set():
         batch = []
@@ -229,7 +232,9 @@ def changer(
     that committed last), deletes (any id) and invalidations, paced at --change-interval-ms."""
     embedder = HashEmbedder()
     rng = random.Random(f"soak-changer-{number}")
-    texts = corpus.memories(10**9, seed=args.seed + 5000 + number, n_tenants=args.tenants, world=world)
+    texts = corpus.memories(
+        10**9, seed=args.seed + 5000 + number, n_tenants=args.tenants, world=world, profile=args.profile
+    )
     seq = 0
     while not stop.wait(args.change_interval_ms / 1000):
         with ledger.lock:
@@ -494,6 +499,9 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--race-clients", type=int, default=6)
     p.add_argument("--race-writers", type=int, default=1)
     p.add_argument("--seed", type=int, default=7)
+    # Short memories by default: the soak checks correctness under concurrency (its --ci run is a test,
+    # tests/test_soak_ci.py, with a time budget), not what a memory costs to ingest.
+    corpus.add_profile_argument(p, default="short")
     p.add_argument("--json", help="also write the results to this file")
     args = p.parse_args(argv)
     if args.ci:
