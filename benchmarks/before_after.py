@@ -180,7 +180,7 @@ def main() -> int:
         "",
         f"Each side is its own process and MemorySystem on the same database, alternating per query "
         f"(before then after, then after then before), {args.queries} queries x {args.rounds} rounds per "
-        f"mode, embedding supplied (HashEmbedder vectors). 1-minute load average during the passes "
+        f"mode, embedding supplied (HashEmbedder vectors) except in the e2e mode (embedded by the library, no query-vector cache). 1-minute load average during the passes "
         f"{min(loads):.1f}..{max(loads):.1f} on {os.cpu_count()} CPUs. client_cpu_ms = CPU of the client "
         f"process per query (all its threads); server_cpu_ms = CPU of its own server backends per query "
         f"(/proc/<pid>/schedstat, so the machine's load does not inflate it).",
