@@ -439,7 +439,9 @@ class QueryPipeline:
             as_of=query.validity.as_of,
         )
         t0 = time.perf_counter()
-        with self.read_db.transaction(query.tenant) as conn:
+        # Generic plans for both statements: the V3 search reads every shard (no partition to prune),
+        # and planning the final CTE each time cost more than its generic plan (README, "Why these defaults").
+        with self.read_db.transaction(query.tenant, generic_plans=True) as conn:
             vector_hits = self.registry["vector"]().run(conn, ctx)
             diag.retrieval_ms = _ms(t0)
             t1 = time.perf_counter()
