@@ -84,7 +84,8 @@ SELECT m.id AS memory_id, ch.fused[o.pos] AS retrieval_score,
        m.tenant, m.memory_type, m.content, m.metadata,
        m.importance::text AS importance,  -- as printed: the result is fetched in binary (candidates.py)
        m.created_at, m.external_id,
-       a.last_accessed_at, coalesce(a.access_count, 0) AS access_count, m.embedding
+       a.last_accessed_at, coalesce(a.access_count, 0) AS access_count,
+       CASE WHEN %(embeddings)s::boolean THEN m.embedding END AS embedding  -- only ranking reads them
 FROM chosen ch
 JOIN memoria.memories m ON m.id = ANY(ch.ids)
 CROSS JOIN LATERAL (SELECT array_position(ch.ids, m.id) AS pos) o

@@ -299,3 +299,17 @@ def test_candidates_keep_each_sources_hit_as_sent(system, five):
     assert got[a].scores["vector_distance"] == 0.1 and got[a].scores["vector_rank"] == 1.0
     assert got[b].scores["graph_rank"] == 1.0 and "vector_distance" not in got[b].scores
     assert got[a].scores[DEFAULT_WORKERS.score_names()["graph"]] == 1.0  # hops, not the hit's score
+
+
+def test_a_retrieval_only_query_fetches_no_vectors_and_a_ranked_one_does(system, five):
+    """Only ranking reads the candidates' vectors (MMR): a retrieval-only query leaves them in the
+    database, same candidates and order otherwise."""
+    ids, vecs = five
+    plain = system.query("memory", tenant="t", embedding=vecs[0], ranking=False)
+    ranked = system.query("memory", tenant="t", embedding=vecs[0], ranking=True)
+    assert plain.candidates and all(c.embedding is None for c in plain.candidates)
+    assert ranked.candidates and all(c.embedding is not None for c in ranked.candidates)
+    np.testing.assert_array_equal(next(c for c in ranked.candidates if c.memory_id == ids[0]).embedding, vecs[0])
+    assert sorted(c.memory_id for c in plain.candidates) == sorted(c.memory_id for c in ranked.candidates)
+    v3 = system.query("memory", tenant="t", embedding=vecs[0], ranking=False, v4=False)
+    assert v3.candidates and all(c.embedding is None for c in v3.candidates)

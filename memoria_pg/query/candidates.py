@@ -26,6 +26,7 @@ def final_cte_params(
     method: str = "score",
     weights: Mapping[str, float] | None = None,
     validity: Validity = VALID_NOW,
+    embeddings: bool = True,
 ) -> dict[str, Any]:
     """The final CTE's parameters: every hit as parallel arrays, and each source's weight and
     score direction as the registry declares them (`weights` overrides the declared ones), and the
@@ -56,6 +57,7 @@ def final_cte_params(
         **registry.shift.params(),
         "as_of": validity.as_of,
         "include_invalid": validity.include_invalid,
+        "embeddings": embeddings,
     }
 
 
@@ -91,9 +93,12 @@ def candidate_statement(
     depth: int,
     method: str = "score",
     validity: Validity = VALID_NOW,
+    embeddings: bool = True,
 ) -> tuple[str, dict[str, Any]]:
     """The final CTE (sql/final_candidates.sql) and its parameters for these hits."""
-    params = final_cte_params(hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity)
+    params = final_cte_params(
+        hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity, embeddings=embeddings
+    )
     return load_sql("final_candidates"), params
 
 
@@ -107,13 +112,15 @@ def build_candidates(
     depth: int,
     method: str = "score",
     validity: Validity = VALID_NOW,
+    embeddings: bool = True,
 ) -> list[CandidateRecord]:
     """Merge, deduplicate, fuse (`method`: "score" or "rrf"), cap and fetch in one statement; every
-    candidate keeps its per-source scores. Memories not valid at the query time are left out."""
+    candidate keeps its per-source scores. Memories not valid at the query time are left out.
+    `embeddings` false: the candidates come without their vectors (None), which only ranking reads."""
     if not any(hits.values()):
         return []
     statement, params = candidate_statement(
-        hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity
+        hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity, embeddings=embeddings
     )
     found = _found(hits, registry)
     # Binary results: 200 embeddings arrive as raw float32 instead of 76,800 numbers printed and

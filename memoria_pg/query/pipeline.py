@@ -157,7 +157,7 @@ class QueryPipeline:
         vector = self.embed_unbudgeted(query, request.embedding, diag)
         if request.v4:
             return self.retrieve(query, vector, rows, request, diag)
-        return self.retrieve_v3(query, vector, rows, request.top_k, diag)
+        return self.retrieve_v3(query, vector, rows, request.top_k, diag, embeddings=self.ranks(request))
 
     def embed_unbudgeted(
         self, query: ProcessedQuery, embedding: Sequence[float] | np.ndarray | None, diag: Diagnostics
@@ -227,7 +227,7 @@ class QueryPipeline:
         if diag.relevance_fast_path:
             names = []
         hits.update(self.run_workers(names, ctx, diag))
-        return self.finish_retrieval(query, route, hits, t0, diag)
+        return self.finish_retrieval(query, route, hits, t0, diag, embeddings=self.ranks(request))
 
     def retrieve_overlapped(
         self,
@@ -262,19 +262,26 @@ class QueryPipeline:
         diag.embedding_overlapped = True
         if not names:
             running.finish()
-            return self.finish_retrieval(query, route, self._no_workers(diag), t0, diag)
+            return self.finish_retrieval(query, route, self._no_workers(diag), t0, diag, embeddings=self.ranks(request))
         result = running.finish()
         result.states = {name: result.states[name] for name in names}  # the route's order, as submitted
         hits = self._record(result, db, diag)
-        return self.finish_retrieval(query, route, dict(hits), t0, diag)
+        return self.finish_retrieval(query, route, dict(hits), t0, diag, embeddings=self.ranks(request))
 
     def finish_retrieval(
-        self, query: ProcessedQuery, route: Route, hits: dict[str, list[SourceHit]], t0: float, diag: Diagnostics
+        self,
+        query: ProcessedQuery,
+        route: Route,
+        hits: dict[str, list[SourceHit]],
+        t0: float,
+        diag: Diagnostics,
+        *,
+        embeddings: bool = True,
     ) -> Retrieval:
         """After the workers: the final CTE, current facts first, the cross-encoder and the type filter."""
         diag.worker_hits = {k: len(v) for k, v in hits.items()}
         diag.retrieval_ms = _ms(t0)
-        candidates = retrieval_order(self.candidates(hits, query.tenant, diag, query.validity))
+        candidates = retrieval_order(self.candidates(hits, query.tenant, diag, query.validity, embeddings=embeddings))
         candidates = prefer_current_facts(candidates)
         candidates = self.cross_encode(query, candidates, diag)
         candidates, diag.type_filter_applied = filter_by_type(candidates, query.memory_type_hint)
@@ -374,8 +381,11 @@ class QueryPipeline:
         tenant: str,
         diag: Diagnostics,
         validity: Validity = VALID_NOW,
+        *,
+        embeddings: bool = True,
     ) -> list[CandidateRecord]:
-        """Merge, dedup, fuse, cap and fetch in the final CTE (on its cached generic plan)."""
+        """Merge, dedup, fuse, cap and fetch in the final CTE (on its cached generic plan); without
+        `embeddings` the candidates carry no vectors (a retrieval-only query: only ranking reads them)."""
         cfg = self.config
         t0 = time.perf_counter()
         with self.read_db.transaction(tenant, generic_plans=True) as conn:
@@ -388,6 +398,7 @@ class QueryPipeline:
                 depth=cfg.rrf_depth,
                 method=cfg.fusion_method,
                 validity=validity,
+                embeddings=embeddings,
             )
         diag.database_ms = _ms(t0)
         diag.candidate_count = len(candidates)
@@ -422,22 +433,18 @@ class QueryPipeline:
 
     # -- retrieval (V3) ---------------------------------------------------------------------------
     def retrieve_v3(
-        self, query: ProcessedQuery, vector: np.ndarray, rows: Mapping[str, int], top_k: int, diag: Diagnostics
+        self,
+        query: ProcessedQuery,
+        vector: np.ndarray,
+        rows: Mapping[str, int],
+        top_k: int,
+        diag: Diagnostics,
+        *,
+        embeddings: bool = True,
     ) -> Retrieval:
         """V3: vector search -> fetch -> candidates in one transaction; no scheduler."""
         cfg = self.config
-        shards = select_shards(Route("v3", ("vector",)), None, self.memory_types, sharding=False)
-        ctx = WorkerContext(
-            query=query,
-            embedding=vector,
-            shards=shards,
-            limit=max(cfg.worker_limit, top_k),
-            graph_limit=0,
-            graph_depth=0,
-            config=cfg,
-            tenant_rows=rows,
-            as_of=query.validity.as_of,
-        )
+        ctx = self._v3_context(query, vector, rows, top_k)
         t0 = time.perf_counter()
         # Generic plans for both statements: the V3 search reads every shard (no partition to prune),
         # and planning the final CTE each time cost more than its generic plan (README, "Why these defaults").
@@ -455,6 +462,7 @@ class QueryPipeline:
                 depth=cfg.rrf_depth,
                 method=cfg.fusion_method,
                 validity=query.validity,
+                embeddings=embeddings,
             )
             diag.database_ms = _ms(t1)
         diag.submitted_sources = ["vector"]
@@ -466,7 +474,28 @@ class QueryPipeline:
             c.final_score = c.base_score
         return Retrieval(query, None, candidates, ["vector"])
 
+    def _v3_context(
+        self, query: ProcessedQuery, vector: np.ndarray, rows: Mapping[str, int], top_k: int
+    ) -> WorkerContext:
+        """V3's one shard (the whole table) and its vector limit."""
+        shards = select_shards(Route("v3", ("vector",)), None, self.memory_types, sharding=False)
+        return WorkerContext(
+            query=query,
+            embedding=vector,
+            shards=shards,
+            limit=max(self.config.worker_limit, top_k),
+            graph_limit=0,
+            graph_depth=0,
+            config=self.config,
+            tenant_rows=rows,
+            as_of=query.validity.as_of,
+        )
+
     # -- ranking and the response -----------------------------------------------------------------
+    def ranks(self, request: QueryRequest) -> bool:
+        """Whether the query runs the ranking stage (the only reader of the candidates' vectors)."""
+        return request.ranking and self.ranking is not None
+
     def rank(self, retrieval: Retrieval, request: QueryRequest, diag: Diagnostics) -> list[CandidateRecord]:
         """The ranking stage's top_k, or the retrieval order's (retrieval-only)."""
         t0 = time.perf_counter()
