@@ -1,7 +1,7 @@
 """memoria-pg beside its peers on the same server, data and vectors, interleaved query by query: LangGraph's
 `PostgresStore` (langgraph-checkpoint-postgres, pgvector index) and mem0's pgvector store (its
 `PGVector` vector store, what `Memory.add(..., infer=False)` writes to, without any LLM), against
-memoria-pg V4 retrieval-only and V3 (vector search).
+memoria-pg V4 retrieval-only and V3 (vector search), V3 both as by default (ranking, with the access-statistics upsert) and retrieval-only.
 
     pip install -e '.[peers]'     # the peers: benchmark-only dependencies
     python benchmarks/peers.py --data /work/shared/eval [--queries 400] [--rounds 2]
@@ -104,10 +104,12 @@ def mem0_store(dsn: str, docs: list, vectors: dict, stack: list) -> Search:
     return search
 
 
-def memoria(dsn: str, docs: list, vectors: dict, stack: list, *, v4: bool) -> Search:
+def memoria(dsn: str, docs: list, vectors: dict, stack: list, *, v4: bool, ranking: bool, load: bool) -> Search:
+    """memoria-pg's query as a user calls it; `ranking` True is the default path (ranking, and the
+    access-statistics upsert of the returned memories: a write per query)."""
     system = MemorySystem(Config(dsn=dsn, use_age=False), auto_migrate=True)
     stack.append(system.close)
-    if v4:  # one copy of the data serves both memoria-pg systems
+    if load:  # one copy of the data serves every memoria-pg system
         system.store_many(
             (MemoryRecord(content=d.content, context=d.context, tenant=d.tenant, metadata={"doc_id": d.doc_id},
                           created_at=d.created_at, external_id=d.doc_id, embedding=vectors[(d.tenant, d.doc_id)])
@@ -117,8 +119,7 @@ def memoria(dsn: str, docs: list, vectors: dict, stack: list, *, v4: bool) -> Se
             conn.execute("VACUUM (ANALYZE)")
 
     def search(q: Any, vector: np.ndarray) -> list[str]:
-        response = system.query(q.text, tenant=q.tenant, top_k=10, embedding=vector, ranking=False if v4 else None,
-                                v4=v4)  # fmt: skip
+        response = system.query(q.text, tenant=q.tenant, top_k=10, embedding=vector, ranking=ranking, v4=v4)
         return [c.external_id for c in response.candidates]
 
     return search
@@ -198,8 +199,15 @@ def main(argv: list[str] | None = None) -> int:
         systems = {
             "LangGraph PostgresStore": langgraph_store(dsns["langgraph"], docs, doc_vectors, stack),
             "mem0 PGVector": mem0_store(dsns["mem0"], docs, doc_vectors, stack),
-            "memoria-pg V4 retrieval-only": memoria(dsns["memoria"], docs, doc_vectors, stack, v4=True),
-            "memoria-pg V3 (vector)": memoria(dsns["memoria"], docs, doc_vectors, stack, v4=False),
+            "memoria-pg V4 retrieval-only": memoria(
+                dsns["memoria"], docs, doc_vectors, stack, v4=True, ranking=False, load=True
+            ),
+            "memoria-pg V3 (vector + ranking, the default)": memoria(
+                dsns["memoria"], docs, doc_vectors, stack, v4=False, ranking=True, load=False
+            ),
+            "memoria-pg V3 retrieval-only": memoria(
+                dsns["memoria"], docs, doc_vectors, stack, v4=False, ranking=False, load=False
+            ),
         }
         out = run(systems, queries, query_vectors, args.rounds)
     finally:
