@@ -254,11 +254,11 @@ class QueryPipeline:
         running = self.scheduler.start(self.tasks(early, ctx), tenant=query.tenant, deadline_ms=deadline, db=db)
         try:
             vector = self.embed_unbudgeted(query, None, diag)
+            ctx = dataclasses.replace(ctx, embedding=vector)
+            running.add(self.tasks(late, ctx))  # QueryTimeout if the budget is spent by now
         except BaseException:
-            running.abandon()  # cancels what still runs; the embedding's error is the query's
+            running.abandon()  # cancels what still runs; the embedding's (or the budget's) error is the query's
             raise
-        ctx = dataclasses.replace(ctx, embedding=vector)
-        running.add(self.tasks(late, ctx))
         diag.embedding_overlapped = True
         if not names:
             running.finish()
