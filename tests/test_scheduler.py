@@ -229,3 +229,20 @@ def test_each_worker_runs_with_its_plan_mode_and_the_connection_keeps_custom_pla
         "attribute": True,
         "fusion": False,  # it holds the vector worker's statement
     }
+
+
+def test_the_deadline_counts_from_the_last_add(scheduler):
+    """A run started empty (no worker could start before the query was embedded) and given its tasks
+    after longer than its deadline still gives them the whole deadline: the time between was the
+    caller's (the embedding's), not the workers'."""
+    running = scheduler.start({}, tenant="t", deadline_ms=300)
+    time.sleep(0.5)  # longer than the deadline
+    running.add({"vector": one_hit("vector")})
+    result = running.finish()
+    assert result.states == {"vector": "completed"} and result.policy_satisfied
+    early = scheduler.start({"bm25": one_hit("bm25")}, tenant="t", deadline_ms=300)
+    time.sleep(0.5)
+    early.add({"vector": one_hit("vector")})
+    assert early.finish().states == {"bm25": "completed", "vector": "completed"}
+    with pytest.raises(ValueError, match="already started"):
+        scheduler.start({"vector": one_hit("vector")}, tenant="t", deadline_ms=300).add({"vector": one_hit("vector")})

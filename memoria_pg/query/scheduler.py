@@ -105,7 +105,7 @@ class Scheduler:
         worker once the query is embedded), and `Running.finish` waits under the completion policy. The
         deadline counts from the last `add` (or from here): a task added early may run longer."""
         running = Running(self, db or self.db, tenant, deadline_ms)
-        running.add(tasks)
+        running.add(tasks, restart=False)
         return running
 
     def run_sequential(self, tasks: Mapping[str, WorkerFn], tenant: str) -> dict[str, list[SourceHit]]:
@@ -144,11 +144,12 @@ class Running:
             self.run.deadline_at = time.perf_counter() + deadline_ms / 1000.0
             self.run.ceiling_ms = ceiling_ms
 
-    def add(self, tasks: Mapping[str, WorkerFn]) -> None:
-        """Start more tasks (names not used yet in this run); the deadline restarts from now."""
+    def add(self, tasks: Mapping[str, WorkerFn], *, restart: bool = True) -> None:
+        """Start more tasks (names not used yet in this run); the deadline restarts from now (even when
+        the run had no task yet: the time since `start` was the caller's)."""
         if self.finished:
             raise RuntimeError("this scheduler run has finished")
-        if self.tasks:
+        if restart:
             self._clock(self.deadline_ms)
         for name, fn in tasks.items():
             if name in self.tasks:
