@@ -398,14 +398,16 @@ class _Text:
         )
 
     def tail(self, k: int) -> str:
-        words = {
+        # dict.fromkeys, not a set: a set's order follows the process's string hash seed, and the corpus
+        # must be the same in every process (benchmarks compare child processes' ingestion).
+        words = dict.fromkeys(
             TAIL[
                 min(int(self.rng.paretovariate(0.8)) - 1, len(TAIL) - 1)
                 if self.rng.random() < 0.4
                 else self.rng.randrange(len(TAIL))
             ]
             for _ in range(k)
-        }
+        )
         return ", ".join(sorted(words, key=lambda w: self.rng.random()))
 
     def date(self) -> str:
@@ -601,6 +603,8 @@ FILLER_SENTENCES = [
     "We will revisit the {w1} once the {w2} is {adj} and the {topic} has an owner.",
 ]
 _SLOT_KINDS = "pxolctjea"
+# The lower-case slots drawn from a list: topic, common, job, when, period, adj.
+_WORD_SLOTS = {"topic": TOPICS, "common": COMMON, "job": JOBS, "when": LATER, "period": PERIODS, "adj": ADJECTIVES}
 
 
 def _slots(template: str) -> list[str]:
