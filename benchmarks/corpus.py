@@ -653,18 +653,8 @@ class _Elaboration:
                 values[slot] = self.name(kind, text, used)
             elif kind == "w":
                 values[slot] = r.choice(self.words) if r.random() < REALISTIC_REPEAT else r.choice(TAIL)
-            elif kind == "topic":
-                values[slot] = r.choice(TOPICS)
-            elif kind == "common":
-                values[slot] = r.choice(COMMON)
-            elif kind == "job":
-                values[slot] = r.choice(JOBS)
-            elif kind == "when":
-                values[slot] = r.choice(LATER)
-            elif kind == "period":
-                values[slot] = r.choice(PERIODS)
-            elif kind == "adj":
-                values[slot] = r.choice(ADJECTIVES)
+            elif kind in _WORD_SLOTS:
+                values[slot] = r.choice(_WORD_SLOTS[kind])
             else:  # num
                 values[slot] = str(r.randint(2, 400))
         return template.format(**values)
