@@ -254,9 +254,13 @@ def markdown(results: dict[str, Any]) -> str:
             else ""
         )
         + ".",
-        f"Database `{results['database']}`; {args['tenants']} tenants, seed {args['seed']}, corpus profile "
-        f"{args.get('profile', 'short')} (benchmarks/corpus.py), "
-        f"{len(results['passes']['v4'])} queries. Graph backend: SQL (recursive CTE; AGE graph not created).",
+        f"Database `{results['database']}`; {args['tenants']} tenants, seed {args['seed']}, "
+        + (
+            "the corpus an earlier run stored (--reuse: its profile is that run's), "
+            if args.get("reuse")
+            else f"corpus profile {args.get('profile', 'short')} (benchmarks/corpus.py), "
+        )
+        + f"{len(results['passes']['v4'])} queries. Graph backend: SQL (recursive CTE; AGE graph not created).",
         "",
         "**Vectors are synthetic**: HashEmbedder bag-of-words vectors (hashed tokens, unit length), not the "
         "real model, for both memories and queries, except in the 'real embedding' section, where queries are "
