@@ -232,25 +232,6 @@ def test_ranked_query_records_access(loaded, dsn):
     assert again.candidates[0].access_count == 1  # read back by the final CTE
 
 
-def test_access_statistics_commit_without_waiting_for_the_wal(loaded, monkeypatch):
-    """The access upsert is best effort: its transaction commits asynchronously (synchronous_commit
-    off, its own setting only: the next transaction on the connection is durable again)."""
-    seen: list[str] = []
-    execute = psycopg.Connection.execute
-
-    def spying(self, query, params=None, **kw):
-        if "memory_access" in str(query) and "INSERT" in str(query):
-            seen.append(execute(self, "SELECT current_setting('synchronous_commit')").fetchone()[0])
-        return execute(self, query, params, **kw)
-
-    monkeypatch.setattr(psycopg.Connection, "execute", spying)
-    response = loaded.query("Bob lives in Paris", tenant="t", top_k=1)
-    assert response.diagnostics.access_error is None and seen == ["off"]
-    monkeypatch.undo()
-    with loaded.db.transaction("t") as conn:
-        assert conn.execute("SELECT current_setting('synchronous_commit')").fetchone()[0] == "on"
-
-
 # -- tenants and input -------------------------------------------------------------------------------
 
 

@@ -186,12 +186,7 @@ class Database:
 
     @contextlib.contextmanager
     def transaction(
-        self,
-        tenant: str,
-        *,
-        generic_plans: bool = False,
-        lock_timeout_ms: int | None = None,
-        durable: bool = True,
+        self, tenant: str, *, generic_plans: bool = False, lock_timeout_ms: int | None = None
     ) -> Iterator[psycopg.Connection]:
         """A pooled connection inside a transaction whose row-level-security tenant is `tenant`.
 
@@ -200,15 +195,13 @@ class Database:
         statement without a partition key parameter whose planning costs more than it gains: the
         final CTE (planning it per execution costs a quarter of its time, for the same rows).
         `lock_timeout_ms`: how long its statements wait for a lock (default: as long as they may run).
-        `durable` false: the commit does not wait for its WAL to reach disk (synchronous_commit off),
-        for a best-effort write a crash may lose (the access statistics); it is never half-applied.
         Inside a query's budget (db/budget.py) its statements may run for what remains of the budget
         (at most statement_timeout_ms), and running out of it is QueryTimeout.
         """
         budget = current_budget()
         if budget is None:
             with self.connection() as conn, conn.transaction():
-                set_tenant(conn, tenant, generic_plans=generic_plans, lock_timeout_ms=lock_timeout_ms, durable=durable)
+                set_tenant(conn, tenant, generic_plans=generic_plans, lock_timeout_ms=lock_timeout_ms)
                 yield conn
             return
         wait = min(self.timeout, budget.require_ms() / 1000.0)
@@ -221,7 +214,6 @@ class Database:
                 generic_plans=generic_plans,
                 statement_timeout_ms=min(left, cap) if cap else left,
                 lock_timeout_ms=lock_timeout_ms,
-                durable=durable,
             )
             budget.applied()
             yield conn
@@ -269,15 +261,12 @@ def set_tenant(
     generic_plans: bool = False,
     statement_timeout_ms: int | None = None,
     lock_timeout_ms: int | None = None,
-    durable: bool = True,
 ) -> None:
-    """The transaction's tenant (and, when asked, its plan cache mode, statement and lock timeouts, and
-    an asynchronous commit: `durable` false) in one round trip."""
+    """The transaction's tenant (and, when asked, its plan cache mode, statement and lock timeouts) in
+    one round trip."""
     settings = [("memoria.tenant", tenant)]
     if generic_plans:
         settings.append(("plan_cache_mode", "force_generic_plan"))
-    if not durable:
-        settings.append(("synchronous_commit", "off"))
     if statement_timeout_ms is not None:
         settings.append(("statement_timeout", str(statement_timeout_ms)))
     if lock_timeout_ms is not None:

@@ -544,12 +544,7 @@ class QueryPipeline:
         ACCESS_LOCK_TIMEOUT_MS, a spent budget or a server error leave them as they were and are
         returned (Diagnostics.access_error), never raised: the answer is computed by then."""
         try:
-            # Best effort, so not worth a flush of the WAL per query: an asynchronous commit (a crash
-            # may lose the last fraction of a second of counts, never half of an upsert).
-            with (
-                self.db.transaction(tenant, lock_timeout_ms=ACCESS_LOCK_TIMEOUT_MS, durable=False) as conn,
-                schema_current(),
-            ):
+            with self.db.transaction(tenant, lock_timeout_ms=ACCESS_LOCK_TIMEOUT_MS) as conn, schema_current():
                 conn.execute(load_sql("record_access"), {"ids": [c.memory_id for c in returned]})
         except (psycopg.Error, MemoriaError) as exc:
             first_line = next(iter(str(exc).strip().splitlines()), "")
