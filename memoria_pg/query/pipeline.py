@@ -386,19 +386,10 @@ class QueryPipeline:
     ) -> list[CandidateRecord]:
         """Merge, dedup, fuse, cap and fetch in the final CTE (on its cached generic plan); without
         `embeddings` the candidates carry no vectors (a retrieval-only query: only ranking reads them)."""
-        cfg = self.config
         t0 = time.perf_counter()
         with self.read_db.transaction(tenant, generic_plans=True) as conn:
             candidates = build_candidates(
-                conn,
-                hits,
-                self.registry,
-                cap=cfg.ranking_candidate_limit,
-                rrf_k=cfg.rrf_k,
-                depth=cfg.rrf_depth,
-                method=cfg.fusion_method,
-                validity=validity,
-                embeddings=embeddings,
+                conn, hits, self.registry, validity=validity, embeddings=embeddings, **self._fusion()
             )
         diag.database_ms = _ms(t0)
         diag.candidate_count = len(candidates)
@@ -408,16 +399,17 @@ class QueryPipeline:
         self, hits: Mapping[str, Sequence[SourceHit]], validity: Validity = VALID_NOW
     ) -> tuple[str, dict[str, Any]]:
         """The final CTE and its parameters as `candidates` runs them (for EXPLAIN)."""
+        return candidate_statement(hits, self.registry, validity=validity, **self._fusion())
+
+    def _fusion(self) -> dict[str, Any]:
+        """The final CTE's configured cap and fusion (build_candidates' and candidate_statement's)."""
         cfg = self.config
-        return candidate_statement(
-            hits,
-            self.registry,
-            cap=cfg.ranking_candidate_limit,
-            rrf_k=cfg.rrf_k,
-            depth=cfg.rrf_depth,
-            method=cfg.fusion_method,
-            validity=validity,
-        )
+        return {
+            "cap": cfg.ranking_candidate_limit,
+            "rrf_k": cfg.rrf_k,
+            "depth": cfg.rrf_depth,
+            "method": cfg.fusion_method,
+        }
 
     def cross_encode(
         self, query: ProcessedQuery, candidates: list[CandidateRecord], diag: Diagnostics
@@ -443,7 +435,6 @@ class QueryPipeline:
         embeddings: bool = True,
     ) -> Retrieval:
         """V3: vector search -> fetch -> candidates in one transaction; no scheduler."""
-        cfg = self.config
         ctx = self._v3_context(query, vector, rows, top_k)
         t0 = time.perf_counter()
         # Generic plans for both statements: the V3 search reads every shard (no partition to prune),
@@ -454,16 +445,9 @@ class QueryPipeline:
             t1 = time.perf_counter()
             self.read_db.renew_budget(conn)
             candidates = build_candidates(
-                conn,
-                {"vector": vector_hits},
-                self.registry,
-                cap=cfg.ranking_candidate_limit,
-                rrf_k=cfg.rrf_k,
-                depth=cfg.rrf_depth,
-                method=cfg.fusion_method,
-                validity=query.validity,
-                embeddings=embeddings,
-            )
+                conn, {"vector": vector_hits}, self.registry, validity=query.validity, embeddings=embeddings,
+                **self._fusion(),
+            )  # fmt: skip
             diag.database_ms = _ms(t1)
         diag.submitted_sources = ["vector"]
         diag.completed_sources = ["vector"]
