@@ -9,7 +9,9 @@ import pytest
 
 from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.core.types import SourceHit
 from memoria_pg.db import APP_ROLE
+from memoria_pg.query.scheduler import Scheduler
 from memoria_pg.system import MemorySystem
 
 
@@ -79,3 +81,33 @@ def test_the_tenant_lasts_one_transaction(config: Config):
         with system.db.connection() as conn:  # the same connection, after the commit
             assert conn.execute("SELECT current_setting('memoria.tenant', true)").fetchone()[0] in ("", None)
             assert conn.execute("SELECT count(*) FROM memoria.memories").fetchone()[0] == 0
+
+
+def test_tenant_transactions_and_workers_run_as_the_app_role_after_a_reset_role(config: Config):
+    # transaction() and the scheduler's workers check out without a SET ROLE round trip: their first
+    # statement sets the role with the tenant (set_tenant, Scheduler._statement).
+    with MemorySystem(config.replace(pool_min_size=1, pool_max_size=1), embedder=HashEmbedder()) as system:
+        system.store("Alice met Bob in Paris.", tenant="A")
+        system.store("Carol met Dan in Rome.", tenant="B")
+        with system.db.connection() as conn:
+            conn.execute("RESET ROLE")  # the login user: it bypasses row-level security
+            assert conn.execute("SELECT count(*) FROM memoria.memories").fetchone()[0] == 2
+        with system.db.transaction("A") as conn:  # the same (only) connection, handed out again
+            assert conn.execute("SELECT current_user").fetchone()[0] == APP_ROLE
+            assert conn.execute("SELECT count(*) FROM memoria.memories").fetchone()[0] == 1
+        with system.db.connection(app_role=False) as conn:
+            conn.execute("RESET ROLE")
+        seen: list[tuple[str, int]] = []
+
+        def whoami(conn: psycopg.Connection) -> list[SourceHit]:
+            row = conn.execute("SELECT current_user, (SELECT count(*) FROM memoria.memories)").fetchone()
+            seen.append((row[0], row[1]))
+            return []
+
+        scheduler = Scheduler(system.db, max_workers=1)
+        try:
+            result = scheduler.run({"vector": whoami}, tenant="B", deadline_ms=10_000)
+        finally:
+            scheduler.close()
+        assert result.finish_reason == "all_completed"
+        assert seen == [(APP_ROLE, 1)]  # the app role, so row-level security shows tenant B's one memory

@@ -27,20 +27,16 @@ def final_cte_params(
     weights: Mapping[str, float] | None = None,
     validity: Validity = VALID_NOW,
     embeddings: bool = True,
+    scored: Sequence[tuple[SourceHit, float]] | None = None,
 ) -> dict[str, Any]:
     """The final CTE's parameters: every hit as parallel arrays, and each source's weight and
     score direction as the registry declares them (`weights` overrides the declared ones), and the
-    registry's per-query weight shift (ConfidenceShift)."""
+    registry's per-query weight shift (ConfidenceShift). `scored`: fused_scores(hits), if the caller
+    has it."""
     weights = dict(registry.weights(method) if weights is None else weights)
-    # A hit without a finite score (a NaN distance from a stored vector of zero norm) would make every
-    # fused score NaN: it is left out.
-    rows, scores = [], []
-    for source_hits in hits.values():
-        for h in source_hits:
-            score = registry.source(h.source).fused_score(h)
-            if math.isfinite(score):
-                rows.append(h)
-                scores.append(score)
+    if scored is None:
+        scored = fused_scores(hits, registry)
+    rows, scores = [h for h, _ in scored], [score for _, score in scored]
     return {
         "ids": int_array([h.memory_id for h in rows]),
         "types": text_array([h.memory_type for h in rows]),
@@ -59,6 +55,23 @@ def final_cte_params(
         "include_invalid": validity.include_invalid,
         "embeddings": embeddings,
     }
+
+
+def fused_scores(hits: Mapping[str, Sequence[SourceHit]], registry: WorkerRegistry) -> list[tuple[SourceHit, float]]:
+    """Every hit with the score the final CTE fuses (Source.fused_score). A hit without a finite
+    score (a NaN distance from a stored vector of zero norm) would make every fused score NaN: it is
+    left out."""
+    out = []
+    sources: dict[str, Any] = {}
+    for source_hits in hits.values():
+        for h in source_hits:
+            source = sources.get(h.source)
+            if source is None:
+                source = sources[h.source] = registry.source(h.source)
+            score = source.fused_score(h)
+            if math.isfinite(score):
+                out.append((h, score))
+    return out
 
 
 def int_array(values: Iterable[int]) -> str:
@@ -119,31 +132,28 @@ def build_candidates(
     `embeddings` false: the candidates come without their vectors (None), which only ranking reads."""
     if not any(hits.values()):
         return []
-    statement, params = candidate_statement(
-        hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity, embeddings=embeddings
-    )
-    found = _found(hits, registry)
+    scored = fused_scores(hits, registry)
+    params = final_cte_params(
+        hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity,
+        embeddings=embeddings, scored=scored,
+    )  # fmt: skip
+    found = _found(scored)
     # Binary results: 200 embeddings arrive as raw float32 instead of 76,800 numbers printed and
     # parsed back (the text parse was most of this statement's time). Same values: the SQL sends
     # `importance` as text, because a binary real is its float32 value, not the decimal it prints.
     with conn.cursor(row_factory=dict_row, binary=True) as cur, schema_current():
         register_readable_times(cur)  # a legacy time out of datetime's range fails no query
-        rows = cur.execute(statement, params).fetchall()
+        rows = cur.execute(load_sql("final_candidates"), params).fetchall()
     names = registry.score_names()
     return [_candidate(row, found[row["memory_id"]], names) for row in rows]
 
 
-def _found(
-    hits: Mapping[str, Sequence[SourceHit]], registry: WorkerRegistry
-) -> dict[int, list[tuple[SourceHit, float]]]:
+def _found(scored: Iterable[tuple[SourceHit, float]]) -> dict[int, list[tuple[SourceHit, float]]]:
     """Each memory's hits as the final CTE fused them, by source name: the hit and the score it was
-    fused with (Source.fused_score; a hit without a finite one was left out of the statement)."""
+    fused with (fused_scores; a hit without a finite one was left out of the statement)."""
     found: dict[int, list[tuple[SourceHit, float]]] = {}
-    for source_hits in hits.values():
-        for h in source_hits:
-            score = registry.source(h.source).fused_score(h)
-            if math.isfinite(score):
-                found.setdefault(h.memory_id, []).append((h, score))
+    for h, score in scored:
+        found.setdefault(h.memory_id, []).append((h, score))
     for memory_hits in found.values():
         memory_hits.sort(key=lambda pair: pair[0].source)
     return found

@@ -27,6 +27,7 @@ import psycopg
 from ..core.types import SourceHit
 from ..db import Database
 from ..db.budget import current_budget
+from ..db.database import APP_ROLE
 from ..db.replicas import server_failure
 
 SUBMITTED, COMPLETED, PENDING, FAILED = "submitted", "completed", "pending", "failed"
@@ -241,19 +242,20 @@ class _Run:
         with self.lock:
             deadline_at, ceiling_ms = self.deadline_at, self.ceiling_ms
         wait = min(self.db.timeout, max(0.0, deadline_at - t0))
-        with self.db.connection(timeout=wait) as conn:
+        with self.db.connection(timeout=wait, app_role=False) as conn:
             with self.lock:
                 if self.stopped.is_set():
                     return None
                 self.conns[name] = conn
             try:
                 with conn.transaction():
-                    # The tenant, the server-side ceiling in case the client-side cancel is lost,
-                    # and the worker's plan mode, in one round trip.
+                    # The tenant, the role (Database.connection's app_role), the server-side
+                    # ceiling in case the client-side cancel is lost, and the worker's plan mode,
+                    # in one round trip.
                     conn.execute(
-                        "SELECT set_config('memoria.tenant', %s, true), set_config('statement_timeout', %s, true), "
-                        "set_config('plan_cache_mode', %s, true)",
-                        (self.tenant, str(ceiling_ms), _plan_mode(fn)),
+                        "SELECT set_config('memoria.tenant', %s, true), set_config('role', %s, true), "
+                        "set_config('statement_timeout', %s, true), set_config('plan_cache_mode', %s, true)",
+                        (self.tenant, APP_ROLE, str(ceiling_ms), _plan_mode(fn)),
                     )
                     return fn(conn)
             finally:
