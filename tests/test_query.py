@@ -10,7 +10,8 @@ import pytest
 from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.core.types import Route, Shard
 from memoria_pg.errors import InputError
-from memoria_pg.query.shards import ALL, per_shard_limit, populated, select_shards
+from memoria_pg.query.processor import TableLookup
+from memoria_pg.query.shards import ALL, per_shard_limit, populated, select_shards, tenant_rows
 from memoria_pg.system import MemoryRecord, MemorySystem
 
 ALL_WORKERS = ["vector", "bm25", "fusion", "graph", "phrase", "attribute"]
@@ -168,6 +169,29 @@ def test_typed_query_gives_the_limit_to_shards_the_tenant_uses(config):
         fact = system.query("red button", tenant="p", memory_type="fact", embedding=vec, workers=["vector"])
         assert fact.diagnostics.shards == ["*"]
         assert [c.memory_type for c in fact.candidates] == ["procedural"]
+
+
+def test_the_entity_lookup_reads_the_shard_sizes_in_the_same_statement(config):
+    # sql/query_lookup.sql: one statement gives the known entities and the tenant's memories per type;
+    # a query with nothing to look up (stopwords only) reads the sizes alone (sql/tenant_rows.sql).
+    vec = np.random.default_rng(6).normal(size=384).astype(np.float32)
+    with MemorySystem(config, embedder=HashEmbedder()) as system:
+        system.store("Alice planted tulips", tenant="t", embedding=vec)
+        system.store("Alice pressed the button", tenant="t", memory_type="procedural", embedding=vec)
+        system.store("Bob met Carol", tenant="u", memory_type="episodic", embedding=vec)
+        with system.db.transaction("t") as conn:
+            lookup = TableLookup(conn)
+            assert lookup.rows is None
+            assert lookup(["alice", "tulips", "bob"]) == ["Alice"]  # tenant u's Bob is not t's
+            assert lookup.rows == tenant_rows(conn) == {"general": 1, "procedural": 1}
+            empty = TableLookup(conn)
+            assert empty([]) == [] and empty.rows is None  # no statement
+        for text in ("Alice", "what is it"):  # n-grams to look up; stopwords only
+            typed = system.query(text, tenant="t", memory_type="procedural", embedding=vec, ranking=False)
+            assert typed.diagnostics.shards == ["procedural", "general"]  # the sizes: tenant t's
+            assert [c.memory_type for c in typed.candidates] == ["procedural"]
+            v3 = system.query(text, tenant="t", embedding=vec, v4=False, ranking=False)
+            assert sorted(c.memory_type for c in v3.candidates) == ["general", "procedural"]
 
 
 def test_sharding_disabled_reads_the_whole_table(config):

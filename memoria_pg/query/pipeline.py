@@ -25,6 +25,7 @@ import psycopg
 from ..config import Config
 from ..core import validation
 from ..core.embedding import QueryEmbedder
+from ..core.text import normalize
 from ..core.types import VALID_NOW, CandidateRecord, ProcessedQuery, Route, SourceHit, Validity
 from ..db import Database, load_sql, schema_current
 from ..db.budget import current_budget, query_budget
@@ -33,7 +34,7 @@ from ..errors import MemoriaError
 from ..ranking import RankingStage
 from .candidates import build_candidates, candidate_statement, filter_by_type, prefer_current_facts, retrieval_order
 from .diagnostics import Diagnostics
-from .processor import EntityLookup, QueryProcessor, table_lookup
+from .processor import EntityLookup, QueryProcessor, TableLookup
 from .relevance import relevance_pool
 from .response import QueryResponse
 from .routing import Router, submitted_workers
@@ -147,52 +148,82 @@ class QueryPipeline:
     def retrieval(self, request: QueryRequest, diag: Diagnostics) -> Retrieval:
         """Processing, embedding and retrieval (V4 or V3): every read of the query. A V4 query the
         library embeds starts its workers that need no vector first (Config.overlap_embedding)."""
+        if not request.v4:
+            return self.retrieval_v3(request, diag)
         query, rows = self.process(request, diag)
-        if request.v4 and request.embedding is None and self.config.overlap_embedding:
+        if request.embedding is None and self.config.overlap_embedding:
             query, route, names = self.route(query, request.workers, diag)
             if not self.relevance_applies(query):
                 return self.retrieve_overlapped(query, route, names, rows, request, diag)
-            vector = self.embed_unbudgeted(query, None, diag)
+            vector = self.embed_unbudgeted(query.normalized, None, diag)
             return self.retrieve_routed(query, route, names, vector, rows, request, diag)
-        vector = self.embed_unbudgeted(query, request.embedding, diag)
-        if request.v4:
-            return self.retrieve(query, vector, rows, request, diag)
-        return self.retrieve_v3(query, vector, rows, request.top_k, diag, embeddings=self.ranks(request))
+        vector = self.embed_unbudgeted(query.normalized, request.embedding, diag)
+        return self.retrieve(query, vector, rows, request, diag)
+
+    def retrieval_v3(self, request: QueryRequest, diag: Diagnostics) -> Retrieval:
+        """V3's reads in one transaction: the query is checked and embedded first (the embedding
+        reads only its normalized text), then processing, the vector search and the final CTE run
+        in one transaction (one checkout, one BEGIN and one COMMIT instead of two of each)."""
+        self.validate(request)
+        vector = self.embed_unbudgeted(normalize(request.text), request.embedding, diag)
+        t0 = time.perf_counter()
+        # Generic plans for every statement: the V3 search reads every shard (no partition to prune),
+        # and planning the final CTE each time cost more than its generic plan (README, "Why these defaults").
+        with self.read_db.transaction(request.tenant, generic_plans=True) as conn:
+            query, rows = self.process_in(conn, request)
+            diag.query_processing_ms = _ms(t0)
+            self.read_db.renew_budget(conn)
+            return self.retrieve_v3_in(
+                conn, query, vector, rows, request.top_k, diag, embeddings=self.ranks(request)
+            )  # fmt: skip
 
     def embed_unbudgeted(
-        self, query: ProcessedQuery, embedding: Sequence[float] | np.ndarray | None, diag: Diagnostics
+        self, normalized: str, embedding: Sequence[float] | np.ndarray | None, diag: Diagnostics
     ) -> np.ndarray:
         """`embed` outside the query's budget: it may load a model, which is not the statements' time."""
         budget = current_budget()
         with budget.paused() if budget is not None else contextlib.nullcontext():
-            return self.embed(query, embedding, diag)
+            return self.embed(normalized, embedding, diag)
 
     # -- query processing and embedding ---------------------------------------------------------
     def process(self, request: QueryRequest, diag: Diagnostics) -> tuple[ProcessedQuery, dict[str, int]]:
         """The validated, analysed query, and the tenant's memories per memory type (shard sizes),
-        read in one transaction with the entity lookup."""
+        read in one statement with the entity lookup."""
         t0 = time.perf_counter()
-        validation.memory_type(request.memory_type, self.memory_types)
-        validation.requested_workers(request.workers, self.registry.names)
-        validation.tenant(request.tenant)  # before it becomes the transaction's setting
+        self.validate(request)
         with self.read_db.transaction(request.tenant) as conn:
-            processor = self.processor_factory(self.memory_types, table_lookup(conn))
-            query = processor.process(request.text, tenant=request.tenant, memory_type=request.memory_type)
-            self.read_db.renew_budget(conn)  # the entity lookup's time counts against the next statement
-            rows = tenant_rows(conn)
-        query.validity = Validity(request.as_of, request.include_invalid)
+            query, rows = self.process_in(conn, request)
         diag.query_processing_ms = _ms(t0)
         return query, rows
 
-    def embed(
-        self, query: ProcessedQuery, embedding: Sequence[float] | np.ndarray | None, diag: Diagnostics
-    ) -> np.ndarray:
+    def validate(self, request: QueryRequest) -> None:
+        """The request's memory type, workers and tenant (before it becomes a transaction's setting);
+        the processor checks the text."""
+        validation.memory_type(request.memory_type, self.memory_types)
+        validation.requested_workers(request.workers, self.registry.names)
+        validation.tenant(request.tenant)
+        validation.query_text(request.text, self.config.max_query_chars)
+
+    def process_in(self, conn: psycopg.Connection, request: QueryRequest) -> tuple[ProcessedQuery, dict[str, int]]:
+        """`process` in the caller's tenant transaction."""
+        lookup = TableLookup(conn)  # the entity lookup reads the shard sizes too (sql/query_lookup)
+        processor = self.processor_factory(self.memory_types, lookup)
+        query = processor.process(request.text, tenant=request.tenant, memory_type=request.memory_type)
+        if lookup.rows is not None:
+            rows = lookup.rows
+        else:  # nothing looked up (no n-gram, or a processor that does not call the lookup)
+            self.read_db.renew_budget(conn)
+            rows = tenant_rows(conn)
+        query.validity = Validity(request.as_of, request.include_invalid)
+        return query, rows
+
+    def embed(self, normalized: str, embedding: Sequence[float] | np.ndarray | None, diag: Diagnostics) -> np.ndarray:
         """The query's vector: the caller's (checked), or the embedder's for the normalized text."""
         t0 = time.perf_counter()
         if embedding is not None:
             vector = validation.vector(embedding, self.config.embedding_dim, "query embedding")
         else:
-            vector = self.embedder.embed_query(query.normalized)
+            vector = self.embedder.embed_query(normalized)
         diag.embedding_ms = _ms(t0)
         return vector
 
@@ -253,7 +284,7 @@ class QueryPipeline:
         deadline = self.config.retrieval_deadline_ms
         running = self.scheduler.start(self.tasks(early, ctx), tenant=query.tenant, deadline_ms=deadline, db=db)
         try:
-            vector = self.embed_unbudgeted(query, None, diag)
+            vector = self.embed_unbudgeted(query.normalized, None, diag)
             ctx = dataclasses.replace(ctx, embedding=vector)
             running.add(self.tasks(late, ctx))  # QueryTimeout if the budget is spent by now
         except BaseException:
@@ -435,20 +466,34 @@ class QueryPipeline:
         embeddings: bool = True,
     ) -> Retrieval:
         """V3: vector search -> fetch -> candidates in one transaction; no scheduler."""
-        ctx = self._v3_context(query, vector, rows, top_k)
-        t0 = time.perf_counter()
         # Generic plans for both statements: the V3 search reads every shard (no partition to prune),
         # and planning the final CTE each time cost more than its generic plan (README, "Why these defaults").
         with self.read_db.transaction(query.tenant, generic_plans=True) as conn:
-            vector_hits = self.registry["vector"]().run(conn, ctx)
-            diag.retrieval_ms = _ms(t0)
-            t1 = time.perf_counter()
-            self.read_db.renew_budget(conn)
-            candidates = build_candidates(
-                conn, {"vector": vector_hits}, self.registry, validity=query.validity, embeddings=embeddings,
-                **self._fusion(),
-            )  # fmt: skip
-            diag.database_ms = _ms(t1)
+            return self.retrieve_v3_in(conn, query, vector, rows, top_k, diag, embeddings=embeddings)
+
+    def retrieve_v3_in(
+        self,
+        conn: psycopg.Connection,
+        query: ProcessedQuery,
+        vector: np.ndarray,
+        rows: Mapping[str, int],
+        top_k: int,
+        diag: Diagnostics,
+        *,
+        embeddings: bool = True,
+    ) -> Retrieval:
+        """`retrieve_v3` in the caller's tenant transaction (on generic plans)."""
+        ctx = self._v3_context(query, vector, rows, top_k)
+        t0 = time.perf_counter()
+        vector_hits = self.registry["vector"]().run(conn, ctx)
+        diag.retrieval_ms = _ms(t0)
+        t1 = time.perf_counter()
+        self.read_db.renew_budget(conn)
+        candidates = build_candidates(
+            conn, {"vector": vector_hits}, self.registry, validity=query.validity, embeddings=embeddings,
+            **self._fusion(),
+        )  # fmt: skip
+        diag.database_ms = _ms(t1)
         diag.submitted_sources = ["vector"]
         diag.completed_sources = ["vector"]
         diag.worker_hits = {"vector": len(vector_hits)}

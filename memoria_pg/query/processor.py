@@ -26,6 +26,7 @@ from ..core.entities import (
 )
 from ..core.text import STOPWORDS, normalize, normalize_entity, tokenize
 from ..core.types import ProcessedQuery
+from ..db import load_sql
 
 EntityLookup = Callable[[list[str]], list[str]]
 Expander = Callable[[list[str]], list[str]]
@@ -186,17 +187,24 @@ def table_lookup(conn: psycopg.Connection) -> EntityLookup:
     """An EntityLookup over the entity table of `conn`'s transaction's tenant: the stored names of
     the n-grams that are known entities."""
 
-    def lookup(grams: list[str]) -> list[str]:
+    return TableLookup(conn)
+
+
+class TableLookup:
+    """table_lookup's EntityLookup, which reads the tenant's memories per memory type in the same
+    statement (sql/query_lookup.sql): `rows` holds them once it has run, else None (a query without
+    n-grams looks nothing up; the caller then reads them alone, shards.tenant_rows)."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+        self.rows: dict[str, int] | None = None
+
+    def __call__(self, grams: list[str]) -> list[str]:
         if not grams:
             return []
-        rows = conn.execute(
-            "SELECT name FROM memoria.entities WHERE tenant = current_setting('memoria.tenant') "
-            "AND norm_name = ANY(%s)",
-            ([normalize_entity(g) for g in grams],),
-        ).fetchall()
-        return [r[0] for r in rows]
-
-    return lookup
+        found = self.conn.execute(load_sql("query_lookup"), {"norms": [normalize_entity(g) for g in grams]}).fetchall()
+        self.rows = {name: int(n) for kind, name, n in found if kind == "rows"}
+        return [name for kind, name, _ in found if kind == "entity"]
 
 
 def subject_attribute(text: str, speaker: str | None = None) -> tuple[str | None, str | None]:
