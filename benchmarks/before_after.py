@@ -3,9 +3,12 @@ tree (B, "after"), each in its own process with its own MemorySystem, on the sam
 per query (A then B, then B then A), the scale benchmark's queries with their vectors supplied.
 
     python benchmarks/before_after.py --rev 4d9e953 --db memoria_scale_100000 [--queries 200] [--rounds 2]
+    python benchmarks/before_after.py --rev 2baa82b --before-db memoria_old_layout --db memoria_new_layout
 
 The database must exist (built by `scale.py`) and be migrated to the working tree's head; the old code
-runs against that schema. Writes results/scale/<timestamp>-<db>-before-after.{md,json}.
+runs against that schema. With --before-db the revision runs on that database instead (a copy of the
+same data in an earlier schema, e.g. before a layout migration: CREATE DATABASE ... TEMPLATE, then
+upgrade one copy), so a schema change is compared side by side on the same rows. Writes results/scale/<timestamp>-<db>-before-after.{md,json}.
 """
 
 from __future__ import annotations
@@ -83,14 +86,15 @@ def serve(dsn: str, n: int) -> None:
             pids = backends()  # the pool's connections (it may open more during the query: counted from 0)
             s0 = backend_cpu_ns(pids)
             c0 = time.process_time()
-            d = system.query(
+            result = system.query(
                 q.text,
                 tenant=q.tenant,
                 memory_type=q.memory_type,
                 ranking=mode == "ranked",
                 v4=mode != "v3",
                 embedding=None if mode == "e2e" else vectors[int(i)],
-            ).diagnostics
+            )
+            d = result.diagnostics
             client_ms = (time.process_time() - c0) * 1000
             server_ms = (backend_cpu_ns(backends()) - s0) / 1e6
             print(
@@ -103,6 +107,7 @@ def serve(dsn: str, n: int) -> None:
                         "worker_ms": d.worker_ms,
                         "client_cpu_ms": client_ms,
                         "server_cpu_ms": server_ms,
+                        "ids": [m.memory_id for m in result.memories],
                     }
                 ),
                 flush=True,
@@ -135,6 +140,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rev", required=True, help="the 'before' git revision")
     p.add_argument("--db", required=True, help="database name on the server of --dsn")
+    p.add_argument("--before-db", help="the revision's database (default: --db), the same data in its schema")
     p.add_argument(
         "--dsn", default=os.environ.get("MEMORIA_BENCH_DSN", "postgresql://postgres@127.0.0.1:55432/postgres")
     )
@@ -148,13 +154,15 @@ def main() -> int:
     params = psycopg.conninfo.conninfo_to_dict(args.dsn)
     params["dbname"] = args.db
     dsn = psycopg.conninfo.make_conninfo(**params)
+    params["dbname"] = args.before_db or args.db
+    before_dsn = psycopg.conninfo.make_conninfo(**params)
     head = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
     ).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "archive", args.rev], capture_output=True, check=True, cwd=REPO).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        sides = {"before": child(Path(tmp), dsn, args.queries), "after": child(REPO, dsn, args.queries)}
+        sides = {"before": child(Path(tmp), before_dsn, args.queries), "after": child(REPO, dsn, args.queries)}
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
         unknown = [m for m in modes if m not in MODES]
         if unknown:
@@ -176,7 +184,8 @@ def main() -> int:
             proc.wait()
 
     lines = [
-        f"# Before/after side by side: `{args.rev}` vs the working tree (HEAD {head}) on `{args.db}`",
+        f"# Before/after side by side: `{args.rev}` vs the working tree (HEAD {head}) on `{args.db}`"
+        + (f" (before: on `{args.before_db}`)" if args.before_db else ""),
         "",
         f"Each side is its own process and MemorySystem on the same database, alternating per query "
         f"(before then after, then after then before), {args.queries} queries x {args.rounds} rounds per "
@@ -216,6 +225,15 @@ def main() -> int:
                 f"{statistics.median(vb) / statistics.median(va):.2f} | {per_query} | {p95(vb):.1f} | "
                 f"{p95(va):.1f} |"
             )
+    lines.append("")
+    for mode in modes:  # the same rows on both sides (--before-db: a copy): the answers should be the same
+        pairs = list(zip(res[mode]["before"], res[mode]["after"], strict=True))
+        same = sum(b["ids"] == a["ids"] for b, a in pairs)
+        overlap = [len(set(b["ids"]) & set(a["ids"])) / max(1, len(b["ids"])) for b, a in pairs]
+        lines.append(
+            f"{MODES[mode]}: identical result ids (same order) in {same} of {len(pairs)} query pairs; "
+            f"mean overlap of the result sets {statistics.mean(overlap):.3f}"
+        )
     text = "\n".join(lines) + "\n"
     stem = Path(args.out) / f"{time.strftime('%Y%m%dT%H%M%S')}-{args.db}-before-after"
     stem.parent.mkdir(parents=True, exist_ok=True)
