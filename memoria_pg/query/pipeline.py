@@ -165,6 +165,7 @@ class QueryPipeline:
         reads only its normalized text), then processing, the vector search and the final CTE run
         in one transaction (one checkout, one BEGIN and one COMMIT instead of two of each)."""
         self.validate(request)
+        validation.query_text(request.text, self.config.max_query_chars)  # before embedding it
         vector = self.embed_unbudgeted(normalize(request.text), request.embedding, diag)
         t0 = time.perf_counter()
         # Generic plans for every statement: the V3 search reads every shard (no partition to prune),
@@ -202,7 +203,6 @@ class QueryPipeline:
         validation.memory_type(request.memory_type, self.memory_types)
         validation.requested_workers(request.workers, self.registry.names)
         validation.tenant(request.tenant)
-        validation.query_text(request.text, self.config.max_query_chars)
 
     def process_in(self, conn: psycopg.Connection, request: QueryRequest) -> tuple[ProcessedQuery, dict[str, int]]:
         """`process` in the caller's tenant transaction."""

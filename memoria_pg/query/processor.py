@@ -183,15 +183,9 @@ class QueryProcessor:
         validation.memory_type(memory_type, self.memory_types)
 
 
-def table_lookup(conn: psycopg.Connection) -> EntityLookup:
-    """An EntityLookup over the entity table of `conn`'s transaction's tenant: the stored names of
-    the n-grams that are known entities."""
-
-    return TableLookup(conn)
-
-
 class TableLookup:
-    """table_lookup's EntityLookup, which reads the tenant's memories per memory type in the same
+    """An EntityLookup over the entity table of `conn`'s transaction's tenant (the stored names of the
+    n-grams that are known entities), which reads the tenant's memories per memory type in the same
     statement (sql/query_lookup.sql): `rows` holds them once it has run, else None (a query without
     n-grams looks nothing up; the caller then reads them alone, shards.tenant_rows)."""
 
