@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -14,6 +15,11 @@ from ..core.types import VALID_NOW, CandidateRecord, SourceHit, Validity
 from ..db import load_sql, schema_current
 from ..db.database import register_readable_times
 from .workers import WorkerRegistry
+from .workers.base import Statement
+
+_HITS_END = "\n), declared AS ("  # where final_candidates.sql's hits CTE ends and the rest begins
+_SEARCH_MARKER = "-- @search\n"  # the line of sql/v3_search.sql the vector search replaces
+_HIT_ARRAYS = ("ids", "types", "sources", "ranks", "scores")  # the hits' parameters: V3 has none
 
 
 def final_cte_params(
@@ -146,6 +152,78 @@ def build_candidates(
         rows = cur.execute(load_sql("final_candidates"), params).fetchall()
     names = registry.score_names()
     return [_candidate(row, found[row["memory_id"]], names) for row in rows]
+
+
+def v3_statement(
+    search: Statement,
+    registry: WorkerRegistry,
+    *,
+    cap: int,
+    rrf_k: int,
+    depth: int,
+    method: str = "score",
+    validity: Validity = VALID_NOW,
+    embeddings: bool = True,
+) -> Statement:
+    """V3's vector search and the final CTE as one statement (sql/v3_search.sql): `search` (the
+    vector worker's one statement for the whole table, with its parameters) gives the final CTE its
+    hits in the server, so they are not fetched and sent back."""
+    text, search_params = search
+    params = final_cte_params(
+        {}, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity,
+        embeddings=embeddings, scored=[],
+    )  # fmt: skip
+    for name in _HIT_ARRAYS:
+        del params[name]
+    clash = set(params) & set(search_params)
+    if clash:
+        raise ValueError(f"the vector search's parameters {sorted(clash)} are the final CTE's too")
+    return _v3_text(text), {**params, **search_params}
+
+
+@functools.cache
+def _v3_text(search: str) -> str:
+    """sql/v3_search.sql with `search` in place, then final_candidates.sql after its hits CTE."""
+    template, final = load_sql("v3_search"), load_sql("final_candidates")
+    _, sep, rest = final.partition(_HITS_END)
+    if not sep or _HITS_END in rest or template.count(_SEARCH_MARKER) != 1:
+        raise RuntimeError("sql/final_candidates.sql or sql/v3_search.sql lost the markers v3_statement splits at")
+    return template.replace(_SEARCH_MARKER, search.rstrip() + "\n") + sep + rest
+
+
+def build_v3_candidates(
+    conn: psycopg.Connection,
+    search: Statement,
+    registry: WorkerRegistry,
+    *,
+    cap: int,
+    rrf_k: int,
+    depth: int,
+    method: str = "score",
+    validity: Validity = VALID_NOW,
+    embeddings: bool = True,
+) -> tuple[list[CandidateRecord], int]:
+    """V3's candidates from one statement (v3_statement), as build_candidates makes them from the
+    vector worker's hits, and the number of hits (0 when no candidate is left: every hit was
+    invalid at the query time, or there was none)."""
+    text, params = v3_statement(
+        search, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity, embeddings=embeddings
+    )
+    with conn.cursor(row_factory=dict_row, binary=True) as cur, schema_current():
+        register_readable_times(cur)  # a legacy time out of datetime's range fails no query
+        rows = cur.execute(text, params).fetchall()
+    names = registry.score_names()
+    out = []
+    for row in rows:
+        hit = SourceHit(
+            memory_id=row["memory_id"],
+            source="vector",
+            rank=int(row["vector_rank"]),
+            score=float(row["vector_distance"]),
+            memory_type=row["memory_type"],
+        )
+        out.append(_candidate(row, [(hit, hit.score)], names))
+    return out, int(rows[0]["hit_count"]) if rows else 0
 
 
 def _found(scored: Iterable[tuple[SourceHit, float]]) -> dict[int, list[tuple[SourceHit, float]]]:

@@ -32,7 +32,14 @@ from ..db.budget import current_budget, query_budget
 from ..db.replicas import ReadRouter, ReadTarget, Replica, ReplicaFailed, lsn_text, server_failure
 from ..errors import MemoriaError
 from ..ranking import RankingStage
-from .candidates import build_candidates, candidate_statement, filter_by_type, prefer_current_facts, retrieval_order
+from .candidates import (
+    build_candidates,
+    build_v3_candidates,
+    candidate_statement,
+    filter_by_type,
+    prefer_current_facts,
+    retrieval_order,
+)
 from .diagnostics import Diagnostics
 from .processor import EntityLookup, QueryProcessor, TableLookup
 from .relevance import relevance_pool
@@ -42,6 +49,7 @@ from .scheduler import Scheduler, SchedulerResult, Task
 from .shards import per_shard_limit, populated, select_shards, tenant_rows
 from .tracing import persist_trace
 from .workers import Worker, WorkerContext, WorkerRegistry
+from .workers.vector import VectorWorker
 
 ProcessorFactory = Callable[[Sequence[str], EntityLookup], QueryProcessor]
 ACCESS_LOCK_TIMEOUT_MS = 100  # how long the access upsert waits for a row lock (best effort)
@@ -482,21 +490,32 @@ class QueryPipeline:
         *,
         embeddings: bool = True,
     ) -> Retrieval:
-        """`retrieve_v3` in the caller's tenant transaction (on generic plans)."""
+        """`retrieve_v3` in the caller's tenant transaction (on generic plans). With the built-in
+        vector worker the search and the final CTE are one statement (candidates.v3_statement), its
+        time in `database_ms`; another vector worker runs, then the final CTE on its hits."""
         ctx = self._v3_context(query, vector, rows, top_k)
+        worker = self.registry["vector"]()
         t0 = time.perf_counter()
-        vector_hits = self.registry["vector"]().run(conn, ctx)
-        diag.retrieval_ms = _ms(t0)
-        t1 = time.perf_counter()
-        self.read_db.renew_budget(conn)
-        candidates = build_candidates(
-            conn, {"vector": vector_hits}, self.registry, validity=query.validity, embeddings=embeddings,
-            **self._fusion(),
-        )  # fmt: skip
-        diag.database_ms = _ms(t1)
+        search = worker.statements_for(conn, ctx) if type(worker) is VectorWorker else []
+        if len(search) == 1:
+            candidates, n_hits = build_v3_candidates(
+                conn, search[0], self.registry, validity=query.validity, embeddings=embeddings, **self._fusion()
+            )
+            diag.database_ms = _ms(t0)
+        else:
+            vector_hits = worker.run(conn, ctx)
+            diag.retrieval_ms = _ms(t0)
+            t1 = time.perf_counter()
+            self.read_db.renew_budget(conn)
+            candidates = build_candidates(
+                conn, {"vector": vector_hits}, self.registry, validity=query.validity, embeddings=embeddings,
+                **self._fusion(),
+            )  # fmt: skip
+            diag.database_ms = _ms(t1)
+            n_hits = len(vector_hits)
         diag.submitted_sources = ["vector"]
         diag.completed_sources = ["vector"]
-        diag.worker_hits = {"vector": len(vector_hits)}
+        diag.worker_hits = {"vector": n_hits}
         diag.candidate_count = len(candidates)
         candidates = sorted(candidates, key=lambda c: (-c.base_score, c.memory_id))
         for c in candidates:

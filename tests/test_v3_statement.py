@@ -1,0 +1,135 @@
+"""V3's vector search and final CTE in one statement (candidates.v3_statement), against the two
+statements it replaces (the vector worker's hits, then build_candidates on them), on a real server."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import psycopg
+import pytest
+
+import memoria_pg.query.pipeline as pipeline_module
+from memoria_pg.config import Config
+from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.query.candidates import v3_statement
+from memoria_pg.query.workers import DEFAULT_WORKERS
+from memoria_pg.system import MemorySystem
+
+DIM = 384
+
+
+class NotBuiltIn:
+    """What `retrieve_v3_in` compares the registry's vector worker with, replaced: every vector
+    worker then counts as another one and takes the two-statement path."""
+
+
+def unit(rng: np.random.Generator, n: int) -> np.ndarray:
+    v = rng.normal(size=(n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def answer(system: MemorySystem, vector: np.ndarray, *, top_k: int = 10, ranking: bool = False):
+    response = system.query("what was said", tenant="t", top_k=top_k, embedding=vector, ranking=ranking, v4=False)
+    d = response.diagnostics
+    return (
+        [
+            (c.memory_id, c.memory_type, c.sources, c.scores, c.retrieval_score, c.base_score, c.content,
+             c.metadata, c.importance, c.created_at, None if c.embedding is None else c.embedding.tobytes())
+            for c in response.candidates
+        ],
+        [c.memory_id for c in response.memories],
+        d.worker_hits,
+        d.candidate_count,
+    )  # fmt: skip
+
+
+def both_paths(system: MemorySystem, monkeypatch, vector: np.ndarray, **kwargs):
+    one = answer(system, vector, **kwargs)
+    with monkeypatch.context() as m:
+        m.setattr(pipeline_module, "VectorWorker", NotBuiltIn)
+        two = answer(system, vector, **kwargs)
+    return one, two
+
+
+@pytest.fixture
+def stored(config: Config):
+    """A system with 40 memories of tenant t over three memory types and 10 of another tenant."""
+
+    def make(**overrides):
+        system = MemorySystem(dataclasses.replace(config, **overrides), embedder=HashEmbedder())
+        rng = np.random.default_rng(7)
+        types = ("general", "episodic", "fact")
+        records = [
+            {"content": f"memory {i}", "tenant": "t", "memory_type": types[i % 3], "embedding": v,
+             "importance": 0.02 * i, "metadata": {"i": i}}
+            for i, v in enumerate(unit(rng, 40))
+        ] + [{"content": f"other {i}", "tenant": "u", "embedding": v} for i, v in enumerate(unit(rng, 10))]  # fmt: skip
+        ids = system.store_many(records).ids
+        return system, ids[:40], rng
+
+    systems: list[MemorySystem] = []
+
+    def factory(**overrides):
+        system, ids, rng = make(**overrides)
+        systems.append(system)
+        return system, ids, rng
+
+    yield factory
+    for s in systems:
+        s.close()
+
+
+@pytest.mark.parametrize("exact_max_rows", [10_000, 0], ids=["exact search", "HNSW"])
+def test_v3_in_one_statement_gives_what_the_two_statements_give(stored, monkeypatch, exact_max_rows):
+    system, ids, rng = stored(vector_exact_max_rows=exact_max_rows)
+    for vector in unit(rng, 8):
+        one, two = both_paths(system, monkeypatch, vector)
+        assert one == two
+        assert one[2] == {"vector": 40}  # every memory of t, none of u: the hits, counted in the server
+        assert one[3] == 40
+        assert [c[3]["vector_rank"] for c in one[0]] == [float(r) for r in range(1, 41)]
+
+
+def test_a_ranked_v3_query_gets_the_same_candidates_with_their_vectors(stored, monkeypatch):
+    system, ids, rng = stored()
+    vector = unit(rng, 1)[0]
+    one, two = both_paths(system, monkeypatch, vector, ranking=True)
+    assert one[0] == two[0]  # the ranking's own scores move with the access counts each query writes
+    assert all(c[-1] is not None for c in one[0])
+
+
+def test_invalid_memories_are_hits_but_not_candidates(stored, monkeypatch):
+    system, ids, rng = stored()
+    system.invalidate(ids[3], tenant="t")
+    system.invalidate(ids[11], tenant="t")
+    vector = unit(rng, 1)[0]
+    one, two = both_paths(system, monkeypatch, vector, top_k=50)
+    assert one == two
+    assert one[2] == {"vector": 40} and one[3] == 38
+    assert {ids[3], ids[11]}.isdisjoint(c[0] for c in one[0])
+
+
+def test_a_stored_vector_of_zero_norm_is_left_out_as_before(stored, monkeypatch, config: Config):
+    system, ids, rng = stored()
+    # A legacy row: validation refuses a zero vector today, an older version could store one.
+    with psycopg.connect(config.dsn, autocommit=True) as admin:
+        admin.execute(
+            "UPDATE memoria.memories SET embedding = array_fill(0, ARRAY[%s])::real[]::vector WHERE id = %s",
+            (DIM, ids[5]),
+        )
+    vector = unit(rng, 1)[0]
+    one, two = both_paths(system, monkeypatch, vector, top_k=50)
+    assert one[:2] == two[:2] and one[3] == two[3] == 39
+    assert ids[5] not in [c[0] for c in one[0]]
+    # The one difference: the worker's 40 rows included the NaN one, the statement counts hits with a distance.
+    assert (one[2], two[2]) == ({"vector": 39}, {"vector": 40})
+
+
+def test_the_statement_keeps_the_searchs_parameters_apart_from_the_final_ctes():
+    search = ("SELECT 1 AS memory_id WHERE %(cap)s > 0", {"cap": 3})
+    with pytest.raises(ValueError, match="cap"):
+        v3_statement(search, DEFAULT_WORKERS, cap=200, rrf_k=60, depth=20)
+    text, params = v3_statement(("SELECT %(limit)s", {"limit": 5}), DEFAULT_WORKERS, cap=200, rrf_k=60, depth=20)
+    assert params["limit"] == 5 and "ids" not in params
+    assert "SELECT %(limit)s" in text and "declared AS (" in text
