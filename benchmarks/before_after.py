@@ -219,7 +219,11 @@ def main() -> int:
         for name, vb, va, paired in measures:
             if not vb or not va:
                 continue
-            per_query = f"{statistics.median([x / y for x, y in zip(vb, va, strict=True) if y]):.2f}" if paired else "-"
+            ratios = [x / y for x, y in zip(vb, va, strict=True) if y] if paired else []
+            per_query = f"{statistics.median(ratios):.2f}" if ratios else "-"  # "-": a side that is all zeros
+            if not statistics.median(va):  # e.g. V3's retrieval_ms once its search ran in the final CTE
+                lines.append(f"| {label} | {name} | {statistics.median(vb):.1f} | 0 | - | - | {p95(vb):.1f} | 0 |")
+                continue
             lines.append(
                 f"| {label} | {name} | {statistics.median(vb):.1f} | {statistics.median(va):.1f} | "
                 f"{statistics.median(vb) / statistics.median(va):.2f} | {per_query} | {p95(vb):.1f} | "

@@ -65,17 +65,13 @@ WITH hits AS (
            sum(CASE WHEN %(method)s::text = 'rrf'
                     THEN CASE WHEN n.rank <= %(depth)s THEN n.weight / (%(rrf_k)s + n.rank) ELSE 0 END
                     ELSE n.weight * n.norm END) AS retrieval_score,
-           min(n.score) FILTER (WHERE n.source = 'vector') AS distance,
-           min(n.rank) FILTER (WHERE n.source = 'vector') AS vector_rank
+           min(n.score) FILTER (WHERE n.source = 'vector') AS distance
     FROM normalized n
     GROUP BY n.memory_id, n.memory_type
 ), chosen AS (  -- one row: the capped candidates in retrieval order, as arrays
     SELECT array_agg(c.memory_id ORDER BY c.retrieval_score DESC, c.distance ASC NULLS LAST, c.memory_id) AS ids,
            array_agg(c.memory_type ORDER BY c.retrieval_score DESC, c.distance ASC NULLS LAST, c.memory_id) AS types,
-           array_agg(c.retrieval_score ORDER BY c.retrieval_score DESC, c.distance ASC NULLS LAST, c.memory_id) AS fused,
-           array_agg(c.distance ORDER BY c.retrieval_score DESC, c.distance ASC NULLS LAST, c.memory_id) AS distances,
-           array_agg(c.vector_rank ORDER BY c.retrieval_score DESC, c.distance ASC NULLS LAST, c.memory_id) AS vector_ranks,
-           (SELECT count(*) FROM hits) AS hit_count
+           array_agg(c.retrieval_score ORDER BY c.retrieval_score DESC, c.distance ASC NULLS LAST, c.memory_id) AS fused
     FROM (SELECT * FROM merged ORDER BY retrieval_score DESC, distance ASC NULLS LAST, memory_id LIMIT %(cap)s) c
 )
 -- The rows, fetched by one probe of each shard's id index with the whole array, and put back in
@@ -83,11 +79,9 @@ WITH hits AS (
 -- the planner takes the hits for ~10 rows and joins them in a nested loop, which probed every shard
 -- once per candidate (or compared every candidate with every row): two thirds of this statement's
 -- server time at 100k. Each candidate's sources, scores and ranks are the hits the caller sent
--- (candidates.py), so only the fused score comes back, with the vector source's distance and rank
--- (NULL: not a vector hit) and the number of hits, which V3 reads (its hits never leave the server:
--- candidates.py, v3_statement).
+-- (candidates.py), so only the fused score comes back. V3 runs everything after the hits CTE on its
+-- own hits (sql/v3_search.sql) and extends the SELECT list and the LATERAL line (candidates.py, _V3_EDITS).
 SELECT m.id AS memory_id, ch.fused[o.pos] AS retrieval_score,
-       ch.distances[o.pos] AS vector_distance, ch.vector_ranks[o.pos] AS vector_rank, ch.hit_count,
        m.tenant, m.memory_type, m.content, m.metadata,
        m.importance::text AS importance,  -- as printed: the result is fetched in binary (candidates.py)
        m.created_at, m.external_id,

@@ -17,8 +17,23 @@ from ..db.database import register_readable_times
 from .workers import WorkerRegistry
 from .workers.base import Statement
 
-_HITS_END = "\n), declared AS ("  # where final_candidates.sql's hits CTE ends and the rest begins
-_SEARCH_MARKER = "-- @search\n"  # the line of sql/v3_search.sql the vector search replaces
+# How v3_statement makes V3's statement of sql/v3_search.sql and sql/final_candidates.sql: the search
+# replaces the template's marker line, the final CTE's own hits CTE (up to _HITS_END) is left out, and
+# its rows come with their hit's distance and rank and the number of hits (which V4's caller has).
+_SEARCH_MARKER = "-- @search\n"
+_HITS_END = "\n), declared AS ("
+_V3_EDITS = (
+    (
+        "SELECT m.id AS memory_id, ch.fused[o.pos] AS retrieval_score,",
+        "SELECT m.id AS memory_id, ch.fused[o.pos] AS retrieval_score,\n"
+        "       vh.score AS vector_distance, vh.rank AS vector_rank, (SELECT count(*) FROM hits) AS hit_count,",
+    ),
+    (
+        "CROSS JOIN LATERAL (SELECT array_position(ch.ids, m.id) AS pos) o",
+        "CROSS JOIN LATERAL (SELECT array_position(ch.ids, m.id) AS pos) o\n"
+        "JOIN hits vh ON vh.memory_id = m.id  -- V3's hits: one per memory",
+    ),
+)
 _HIT_ARRAYS = ("ids", "types", "sources", "ranks", "scores")  # the hits' parameters: V3 has none
 
 
@@ -187,7 +202,11 @@ def _v3_text(search: str) -> str:
     template, final = load_sql("v3_search"), load_sql("final_candidates")
     _, sep, rest = final.partition(_HITS_END)
     if not sep or _HITS_END in rest or template.count(_SEARCH_MARKER) != 1:
-        raise RuntimeError("sql/final_candidates.sql or sql/v3_search.sql lost the markers v3_statement splits at")
+        raise RuntimeError("sql/final_candidates.sql or sql/v3_search.sql lost the lines v3_statement splits at")
+    for old, new in _V3_EDITS:
+        if rest.count(old) != 1:
+            raise RuntimeError(f"sql/final_candidates.sql lost the line v3_statement extends: {old!r}")
+        rest = rest.replace(old, new)
     return template.replace(_SEARCH_MARKER, search.rstrip() + "\n") + sep + rest
 
 
