@@ -41,6 +41,7 @@ def answer(system: MemorySystem, vector: np.ndarray, *, top_k: int = 10, ranking
         [c.memory_id for c in response.memories],
         d.worker_hits,
         d.candidate_count,
+        (response.query.entities, response.query.subject, response.query.phrases),
     )  # fmt: skip
 
 
@@ -126,10 +127,49 @@ def test_a_stored_vector_of_zero_norm_is_left_out_as_before(stored, monkeypatch,
     assert (one[2], two[2]) == ({"vector": 39}, {"vector": 40})
 
 
-def test_the_statement_keeps_the_searchs_parameters_apart_from_the_final_ctes():
-    search = ("SELECT 1 AS memory_id WHERE %(cap)s > 0", {"cap": 3})
-    with pytest.raises(ValueError, match="cap"):
-        v3_statement(search, DEFAULT_WORKERS, cap=200, rrf_k=60, depth=20)
-    text, params = v3_statement(("SELECT %(limit)s", {"limit": 5}), DEFAULT_WORKERS, cap=200, rrf_k=60, depth=20)
-    assert params["limit"] == 5 and "ids" not in params
-    assert "SELECT %(limit)s" in text and "declared AS (" in text
+def test_the_entity_lookup_rides_in_the_statement_and_falls_back_without_candidates(config, monkeypatch):
+    with MemorySystem(config, embedder=HashEmbedder()) as system:
+        (first,) = system.store_many([{"content": "Maya Lopez met Tom at the harbour.", "tenant": "t"}]).ids
+        queries = []
+        original = MemorySystem.query
+
+        def lowered(**kwargs):  # lower case: only the entity table knows the name
+            response = original(system, "where did maya lopez meet tom", tenant="t", v4=False, **kwargs)
+            queries.append(response)
+            return response
+
+        assert lowered(ranking=False).query.entities[:1] == ["Maya Lopez"]
+        assert queries[-1].diagnostics.candidate_count == 1
+        system.invalidate(first, tenant="t")  # no candidate left to carry the names: looked up alone
+        empty = lowered(ranking=False)
+        assert empty.diagnostics.candidate_count == 0 and empty.query.entities[:1] == ["Maya Lopez"]
+        with monkeypatch.context() as m:
+            m.setattr(pipeline_module, "VectorWorker", NotBuiltIn)
+            assert lowered(ranking=False).query.entities == empty.query.entities
+
+
+@pytest.mark.parametrize("exact_max_rows", [10_000, 0], ids=["exact search", "HNSW"])
+def test_only_the_chosen_search_runs(stored, exact_max_rows):
+    system, ids, rng = stored(vector_exact_max_rows=exact_max_rows)
+    text, params = v3_statement(
+        unit(rng, 1)[0], DEFAULT_WORKERS, limit=50, exact_max_rows=exact_max_rows, cap=200, rrf_k=60, depth=20
+    )
+    with system.db.transaction("t") as conn:
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + text, params).fetchall())
+    # sql/v3_search.sql: the exact form is the subquery `e`, the HNSW form reads workers/vector's CTE
+    # `nearest`, each under a one-time filter.
+    exact_scan = next(line for line in plan.splitlines() if "Subquery Scan on e " in line)
+    hnsw_scan = next(line for line in plan.splitlines() if "CTE Scan on nearest" in line)
+    ran, idle = (exact_scan, hnsw_scan) if exact_max_rows else (hnsw_scan, exact_scan)
+    assert "never executed" in idle and "never executed" not in ran
+    assert ("cosine_distance" in plan) and ("<=>" in plan)  # both forms are in the statement
+
+
+def test_the_search_parameters_are_not_the_final_ctes():
+    text, params = v3_statement(
+        np.zeros(DIM, dtype=np.float32), DEFAULT_WORKERS, limit=5, exact_max_rows=7, norms=["maya"], cap=200,
+        rrf_k=60, depth=20,
+    )  # fmt: skip
+    assert params["limit"] == 5 and params["exact_max_rows"] == 7 and params["norms"] == ["maya"]
+    assert "ids" not in params and "memory_type" in params and params["memory_type"] is None
+    assert "-- @exact" not in text and "-- @hnsw" not in text and "declared AS (" in text

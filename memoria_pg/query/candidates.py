@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,16 +18,20 @@ from ..db.database import register_readable_times
 from .workers import WorkerRegistry
 from .workers.base import Statement
 
-# How v3_statement makes V3's statement of sql/v3_search.sql and sql/final_candidates.sql: the search
-# replaces the template's marker line, the final CTE's own hits CTE (up to _HITS_END) is left out, and
-# its rows come with their hit's distance and rank and the number of hits (which V4's caller has).
-_SEARCH_MARKER = "-- @search\n"
+# How v3_statement makes V3's statement of sql/v3_search.sql and sql/final_candidates.sql: the vector
+# worker's two forms replace the template's marker lines, the final CTE's own hits CTE (up to
+# _HITS_END) is left out, and its rows come with their hit's distance and rank, the number of hits
+# (which V4's caller knows already) and the query processor's entity lookup.
+_V3_SEARCHES = (("-- @exact\n", "workers/vector_exact"), ("-- @hnsw\n", "workers/vector"))
 _HITS_END = "\n), declared AS ("
 _V3_EDITS = (
     (
         "SELECT m.id AS memory_id, ch.fused[o.pos] AS retrieval_score,",
         "SELECT m.id AS memory_id, ch.fused[o.pos] AS retrieval_score,\n"
-        "       vh.score AS vector_distance, vh.rank AS vector_rank, (SELECT count(*) FROM hits) AS hit_count,",
+        "       vh.score AS vector_distance, vh.rank AS vector_rank, (SELECT count(*) FROM hits) AS hit_count,\n"
+        "       (SELECT coalesce(array_agg(e.name), '{}') FROM memoria.entities e\n"
+        "        WHERE e.tenant = current_setting('memoria.tenant') AND e.norm_name = ANY(%(norms)s::text[]))\n"
+        "           AS known_entities,",
     ),
     (
         "CROSS JOIN LATERAL (SELECT array_position(ch.ids, m.id) AS pos) o",
@@ -170,9 +175,12 @@ def build_candidates(
 
 
 def v3_statement(
-    search: Statement,
+    embedding: Any,
     registry: WorkerRegistry,
     *,
+    limit: int,
+    exact_max_rows: int,
+    norms: Sequence[str] = (),
     cap: int,
     rrf_k: int,
     depth: int,
@@ -180,54 +188,72 @@ def v3_statement(
     validity: Validity = VALID_NOW,
     embeddings: bool = True,
 ) -> Statement:
-    """V3's vector search and the final CTE as one statement (sql/v3_search.sql): `search` (the
-    vector worker's one statement for the whole table, with its parameters) gives the final CTE its
-    hits in the server, so they are not fetched and sent back."""
-    text, search_params = search
+    """V3's vector search and the final CTE as one statement (sql/v3_search.sql): the search (exact
+    or HNSW over the whole table, by the tenant's size and `exact_max_rows` as VectorWorker chooses)
+    gives the final CTE its hits in the server; `norms`: the query processor's entity lookup."""
     params = final_cte_params(
         {}, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity,
         embeddings=embeddings, scored=[],
     )  # fmt: skip
     for name in _HIT_ARRAYS:
         del params[name]
-    clash = set(params) & set(search_params)
+    search = {"embedding": embedding, "memory_type": None, "limit": limit, "exact_max_rows": exact_max_rows}
+    clash = set(params) & {*search, "norms"}
     if clash:
         raise ValueError(f"the vector search's parameters {sorted(clash)} are the final CTE's too")
-    return _v3_text(text), {**params, **search_params}
+    return _v3_text(), {**params, **search, "norms": list(norms)}
 
 
 @functools.cache
-def _v3_text(search: str) -> str:
-    """sql/v3_search.sql with `search` in place, then final_candidates.sql after its hits CTE."""
-    template, final = load_sql("v3_search"), load_sql("final_candidates")
+def _v3_text() -> str:
+    """sql/v3_search.sql with the vector worker's two statements in place, then final_candidates.sql
+    after its hits CTE, with _V3_EDITS."""
+    text, final = load_sql("v3_search"), load_sql("final_candidates")
     _, sep, rest = final.partition(_HITS_END)
-    if not sep or _HITS_END in rest or template.count(_SEARCH_MARKER) != 1:
-        raise RuntimeError("sql/final_candidates.sql or sql/v3_search.sql lost the lines v3_statement splits at")
+    if not sep or _HITS_END in rest:
+        raise RuntimeError("sql/final_candidates.sql lost the line v3_statement splits it at")
     for old, new in _V3_EDITS:
         if rest.count(old) != 1:
             raise RuntimeError(f"sql/final_candidates.sql lost the line v3_statement extends: {old!r}")
         rest = rest.replace(old, new)
-    return template.replace(_SEARCH_MARKER, search.rstrip() + "\n") + sep + rest
+    for marker, name in _V3_SEARCHES:
+        if text.count(marker) != 1:
+            raise RuntimeError(f"sql/v3_search.sql lost its marker line {marker.strip()!r}")
+        text = text.replace(marker, load_sql(name).rstrip() + "\n")
+    return text + sep + rest
+
+
+@dataclass
+class V3Result:
+    """What V3's one statement gives: the candidates (as build_candidates makes them from the vector
+    worker's hits), the number of hits, and the stored names of the looked-up entities; None when no
+    candidate came back to carry them (no hit, or every hit invalid at the query time)."""
+
+    candidates: list[CandidateRecord]
+    hits: int
+    known_entities: list[str] | None
 
 
 def build_v3_candidates(
     conn: psycopg.Connection,
-    search: Statement,
+    embedding: Any,
     registry: WorkerRegistry,
     *,
+    limit: int,
+    exact_max_rows: int,
+    norms: Sequence[str] = (),
     cap: int,
     rrf_k: int,
     depth: int,
     method: str = "score",
     validity: Validity = VALID_NOW,
     embeddings: bool = True,
-) -> tuple[list[CandidateRecord], int]:
-    """V3's candidates from one statement (v3_statement), as build_candidates makes them from the
-    vector worker's hits, and the number of hits (0 when no candidate is left: every hit was
-    invalid at the query time, or there was none)."""
+) -> V3Result:
+    """V3's candidates from its one statement (v3_statement), in `conn`'s tenant transaction."""
     text, params = v3_statement(
-        search, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity, embeddings=embeddings
-    )
+        embedding, registry, limit=limit, exact_max_rows=exact_max_rows, norms=norms, cap=cap, rrf_k=rrf_k,
+        depth=depth, method=method, validity=validity, embeddings=embeddings,
+    )  # fmt: skip
     with conn.cursor(row_factory=dict_row, binary=True) as cur, schema_current():
         register_readable_times(cur)  # a legacy time out of datetime's range fails no query
         rows = cur.execute(text, params).fetchall()
@@ -242,7 +268,9 @@ def build_v3_candidates(
             memory_type=row["memory_type"],
         )
         out.append(_candidate(row, [(hit, hit.score)], names))
-    return out, int(rows[0]["hit_count"]) if rows else 0
+    if not rows:
+        return V3Result(out, 0, None)
+    return V3Result(out, int(rows[0]["hit_count"]), list(rows[0]["known_entities"]))
 
 
 def _found(scored: Iterable[tuple[SourceHit, float]]) -> dict[int, list[tuple[SourceHit, float]]]:

@@ -25,7 +25,7 @@ import psycopg
 from ..config import Config
 from ..core import validation
 from ..core.embedding import QueryEmbedder
-from ..core.text import normalize
+from ..core.text import normalize, normalize_entity
 from ..core.types import VALID_NOW, CandidateRecord, ProcessedQuery, Route, SourceHit, Validity
 from ..db import Database, load_sql, schema_current
 from ..db.budget import current_budget, query_budget
@@ -33,6 +33,7 @@ from ..db.replicas import ReadRouter, ReadTarget, Replica, ReplicaFailed, lsn_te
 from ..errors import MemoriaError
 from ..ranking import RankingStage
 from .candidates import (
+    V3Result,
     build_candidates,
     build_v3_candidates,
     candidate_statement,
@@ -41,7 +42,7 @@ from .candidates import (
     retrieval_order,
 )
 from .diagnostics import Diagnostics
-from .processor import EntityLookup, QueryProcessor, TableLookup
+from .processor import EntityLookup, PrefetchedLookup, QueryProcessor, TableLookup, candidate_ngrams
 from .relevance import relevance_pool
 from .response import QueryResponse
 from .routing import Router, submitted_workers
@@ -169,22 +170,39 @@ class QueryPipeline:
         return self.retrieve(query, vector, rows, request, diag)
 
     def retrieval_v3(self, request: QueryRequest, diag: Diagnostics) -> Retrieval:
-        """V3's reads in one transaction: the query is checked and embedded first (the embedding
-        reads only its normalized text), then processing, the vector search and the final CTE run
-        in one transaction (one checkout, one BEGIN and one COMMIT instead of two of each)."""
+        """V3's reads in one transaction. The query is checked and embedded first (the embedding reads
+        only its normalized text). With the built-in vector worker, the search, the final CTE and the
+        processor's entity lookup are then one statement (candidates.v3_statement), and processing
+        runs on its answer (PrefetchedLookup); another vector worker runs after processing
+        (retrieve_v3_in)."""
         self.validate(request)
         validation.query_text(request.text, self.config.max_query_chars)  # before embedding it
-        vector = self.embed_unbudgeted(normalize(request.text), request.embedding, diag)
-        t0 = time.perf_counter()
+        normalized = normalize(request.text)
+        vector = self.embed_unbudgeted(normalized, request.embedding, diag)
         # Generic plans for every statement: the V3 search reads every shard (no partition to prune),
         # and planning the final CTE each time cost more than its generic plan (README, "Why these defaults").
         with self.read_db.transaction(request.tenant, generic_plans=True) as conn:
-            query, rows = self.process_in(conn, request)
-            diag.query_processing_ms = _ms(t0)
-            self.read_db.renew_budget(conn)
-            return self.retrieve_v3_in(
-                conn, query, vector, rows, request.top_k, diag, embeddings=self.ranks(request)
-            )  # fmt: skip
+            if type(self.registry["vector"]()) is not VectorWorker:
+                t0 = time.perf_counter()
+                query, rows = self.process_in(conn, request)
+                diag.query_processing_ms = _ms(t0)
+                self.read_db.renew_budget(conn)
+                return self.retrieve_v3_in(
+                    conn, query, vector, rows, request.top_k, diag, embeddings=self.ranks(request)
+                )  # fmt: skip
+            grams = candidate_ngrams(normalized)
+            validity = Validity(request.as_of, request.include_invalid)
+            t0 = time.perf_counter()
+            found = self._v3_statement(conn, vector, request.top_k, validity, self.ranks(request), grams)
+            diag.database_ms = _ms(t0)
+            t1 = time.perf_counter()
+            self.read_db.renew_budget(conn)  # in case processing asks the table after all
+            lookup = PrefetchedLookup(grams, found.known_entities, TableLookup(conn))
+            processor = self.processor_factory(self.memory_types, lookup)
+            query = processor.process(request.text, tenant=request.tenant, memory_type=request.memory_type)
+            query.validity = validity
+            diag.query_processing_ms = _ms(t1)
+        return self._v3_retrieval(query, found, diag)
 
     def embed_unbudgeted(
         self, normalized: str, embedding: Sequence[float] | np.ndarray | None, diag: Diagnostics
@@ -491,33 +509,51 @@ class QueryPipeline:
         embeddings: bool = True,
     ) -> Retrieval:
         """`retrieve_v3` in the caller's tenant transaction (on generic plans). With the built-in
-        vector worker the search and the final CTE are one statement (candidates.v3_statement), its
-        time in `database_ms`; another vector worker runs, then the final CTE on its hits."""
-        ctx = self._v3_context(query, vector, rows, top_k)
+        vector worker the search and the final CTE are one statement (candidates.v3_statement: it
+        decides exact or HNSW search itself), its time in `database_ms`; another vector worker runs
+        (with `rows`, the tenant's memories per type), then the final CTE on its hits."""
         worker = self.registry["vector"]()
-        t0 = time.perf_counter()
-        search = worker.statements_for(conn, ctx) if type(worker) is VectorWorker else []
-        if len(search) == 1:
-            candidates, n_hits = build_v3_candidates(
-                conn, search[0], self.registry, validity=query.validity, embeddings=embeddings, **self._fusion()
-            )
+        if type(worker) is VectorWorker:
+            t0 = time.perf_counter()
+            found = self._v3_statement(conn, vector, top_k, query.validity, embeddings, [])
             diag.database_ms = _ms(t0)
-        else:
-            vector_hits = worker.run(conn, ctx)
-            diag.retrieval_ms = _ms(t0)
-            t1 = time.perf_counter()
-            self.read_db.renew_budget(conn)
-            candidates = build_candidates(
-                conn, {"vector": vector_hits}, self.registry, validity=query.validity, embeddings=embeddings,
-                **self._fusion(),
-            )  # fmt: skip
-            diag.database_ms = _ms(t1)
-            n_hits = len(vector_hits)
+            return self._v3_retrieval(query, found, diag)
+        ctx = self._v3_context(query, vector, rows, top_k)
+        t0 = time.perf_counter()
+        vector_hits = worker.run(conn, ctx)
+        diag.retrieval_ms = _ms(t0)
+        t1 = time.perf_counter()
+        self.read_db.renew_budget(conn)
+        candidates = build_candidates(
+            conn, {"vector": vector_hits}, self.registry, validity=query.validity, embeddings=embeddings,
+            **self._fusion(),
+        )  # fmt: skip
+        diag.database_ms = _ms(t1)
+        return self._v3_retrieval(query, V3Result(candidates, len(vector_hits), None), diag)
+
+    def _v3_statement(
+        self,
+        conn: psycopg.Connection,
+        vector: np.ndarray,
+        top_k: int,
+        validity: Validity,
+        embeddings: bool,
+        grams: Sequence[str],
+    ) -> V3Result:
+        """V3's one statement (candidates.build_v3_candidates) with the configured limits."""
+        cfg = self.config
+        return build_v3_candidates(
+            conn, vector, self.registry, limit=max(cfg.worker_limit, top_k), exact_max_rows=cfg.vector_exact_max_rows,
+            norms=[normalize_entity(g) for g in grams], validity=validity, embeddings=embeddings, **self._fusion(),
+        )  # fmt: skip
+
+    def _v3_retrieval(self, query: ProcessedQuery, found: V3Result, diag: Diagnostics) -> Retrieval:
+        """V3's diagnostics and retrieval order (inverse distance) over its candidates."""
         diag.submitted_sources = ["vector"]
         diag.completed_sources = ["vector"]
-        diag.worker_hits = {"vector": n_hits}
-        diag.candidate_count = len(candidates)
-        candidates = sorted(candidates, key=lambda c: (-c.base_score, c.memory_id))
+        diag.worker_hits = {"vector": found.hits}
+        diag.candidate_count = len(found.candidates)
+        candidates = sorted(found.candidates, key=lambda c: (-c.base_score, c.memory_id))
         for c in candidates:
             c.final_score = c.base_score
         return Retrieval(query, None, candidates, ["vector"])

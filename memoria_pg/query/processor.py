@@ -201,6 +201,22 @@ class TableLookup:
         return [name for kind, name, _ in found if kind == "entity"]
 
 
+class PrefetchedLookup:
+    """An EntityLookup that already has the answer for `grams` (V3 reads it in its one statement:
+    candidates.build_v3_candidates): it answers those n-grams with `names`, and asks `fallback`
+    (a TableLookup in the same transaction) for any others, or when `names` is None (not read)."""
+
+    def __init__(self, grams: list[str], names: list[str] | None, fallback: EntityLookup) -> None:
+        self.grams, self.names, self.fallback = list(grams), names, fallback
+
+    def __call__(self, grams: list[str]) -> list[str]:
+        if not grams:
+            return []
+        if self.names is not None and list(grams) == self.grams:
+            return list(self.names)
+        return self.fallback(grams)
+
+
 def subject_attribute(text: str, speaker: str | None = None) -> tuple[str | None, str | None]:
     """(subject, canonical attribute) from the first QUESTION_PATTERNS shape that fits, else Nones."""
     for pattern, attribute in _QUESTIONS:
