@@ -256,6 +256,28 @@ def test_ranked_query_records_access(loaded, dsn):
     assert again.candidates[0].access_count == 1  # read back by the final CTE
 
 
+def test_the_access_statistics_commit_asynchronously(loaded, dsn, monkeypatch):
+    """The ranked query's access upsert does not wait for a WAL flush (best effort: a crash may lose
+    the last fraction of a second of counts); the setting is the transaction's own."""
+    from memoria_pg.db import database
+
+    asked: list[bool] = []
+    transaction = database.Database.transaction
+
+    def recording(self, tenant, **kwargs):  # type: ignore[no-untyped-def]
+        asked.append(kwargs.get("synchronous_commit", True))
+        return transaction(self, tenant, **kwargs)
+
+    monkeypatch.setattr(database.Database, "transaction", recording)
+    loaded.query("Bob lives in Paris", tenant="t", top_k=1)
+    assert asked[-1] is False and not any(v is False for v in asked[:-1])  # the access write alone
+    monkeypatch.undo()
+    with loaded.db.transaction("t", synchronous_commit=False) as conn:
+        assert conn.execute("SELECT current_setting('synchronous_commit')").fetchone()[0] == "off"
+    with loaded.db.transaction("t") as conn:
+        assert conn.execute("SELECT current_setting('synchronous_commit')").fetchone()[0] == "on"
+
+
 # -- tenants and input -------------------------------------------------------------------------------
 
 

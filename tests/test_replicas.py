@@ -45,9 +45,10 @@ def standby_admin_dsn() -> str:
 
 
 def wait_caught_up(primary_dsn: str, standby_dsn: str, timeout: float = 30.0) -> None:
-    """Until the standby has replayed the primary's WAL position of now."""
+    """Until the standby has replayed the primary's WAL position of now: its insert position, which is
+    past the commit records of asynchronous commits (a ranked query's access statistics) not yet written."""
     with psycopg.connect(primary_dsn, autocommit=True) as conn:
-        lsn = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+        lsn = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
     with psycopg.connect(standby_dsn, autocommit=True) as conn:
         until = time.monotonic() + timeout
         while not conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()[0]:
@@ -261,6 +262,25 @@ def test_every_write_operation_is_waited_for(dsn, replica_dsn, admin_dsn, standb
             write()
             assert system.query("kestrels", tenant="t").diagnostics.server == "primary", name
             paused.resume()
+
+
+def test_the_access_statistics_commit_asynchronously_and_are_still_waited_for(
+    dsn, replica_dsn, admin_dsn, standby_admin_dsn, paused
+):
+    """A ranked query's access upsert commits with synchronous_commit off (its commit record may not
+    be written when the next query starts): its write position is the WAL insert position, so the
+    tenant's next query still waits for the standby to have it, or reads the primary."""
+    with opened(replica_config(dsn, replica_dsn, replica_wait_ms=0)) as system:
+        memory_id = system.store("Jonas keeps a red kayak", tenant="t")
+        wait_caught_up(admin_dsn, standby_admin_dsn)
+        assert system.query("kayak", tenant="t", ranking=False).diagnostics.server.startswith("replica 1")
+        paused()
+        ranked = system.query("kayak", tenant="t")  # reads the standby, writes the counts on the primary
+        assert ranked.diagnostics.server.startswith("replica 1") and ranked.diagnostics.access_error is None
+        after = system.query("kayak", tenant="t", ranking=False)
+        assert after.diagnostics.server == "primary"  # the standby has not replayed the counts
+        assert after.candidates[0].memory_id == memory_id and after.candidates[0].access_count == 1
+        paused.resume()
 
 
 def test_write_positions_are_per_tenant_and_forgetting_raises_the_floor(monkeypatch):

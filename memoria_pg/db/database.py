@@ -202,7 +202,12 @@ class Database:
 
     @contextlib.contextmanager
     def transaction(
-        self, tenant: str, *, generic_plans: bool = False, lock_timeout_ms: int | None = None
+        self,
+        tenant: str,
+        *,
+        generic_plans: bool = False,
+        lock_timeout_ms: int | None = None,
+        synchronous_commit: bool = True,
     ) -> Iterator[psycopg.Connection]:
         """A pooled connection inside a transaction whose row-level-security tenant is `tenant`.
 
@@ -211,13 +216,22 @@ class Database:
         statement without a partition key parameter whose planning costs more than it gains: the
         final CTE (planning it per execution costs a quarter of its time, for the same rows).
         `lock_timeout_ms`: how long its statements wait for a lock (default: as long as they may run).
+        `synchronous_commit` False: its COMMIT returns before its WAL is flushed (a crash may lose it;
+        for best-effort writes only: the access statistics), so a standby-aware caller must take the
+        WAL insert position as its write's (ReadRouter.wrote(..., asynchronous=True)).
         Inside a query's budget (db/budget.py) its statements may run for what remains of the budget
         (at most statement_timeout_ms), and running out of it is QueryTimeout.
         """
         budget = current_budget()
+        settings = functools.partial(
+            set_tenant,
+            generic_plans=generic_plans,
+            lock_timeout_ms=lock_timeout_ms,
+            synchronous_commit=synchronous_commit,
+        )
         if budget is None:
             with self.connection(app_role=False) as conn, conn.transaction():
-                set_tenant(conn, tenant, generic_plans=generic_plans, lock_timeout_ms=lock_timeout_ms)
+                settings(conn, tenant)
                 yield conn
             return
         wait = min(self.timeout, budget.require_ms() / 1000.0)
@@ -228,13 +242,7 @@ class Database:
             conn.transaction(),
         ):
             left, cap = budget.require_ms(), self._statement_timeout_ms
-            set_tenant(
-                conn,
-                tenant,
-                generic_plans=generic_plans,
-                statement_timeout_ms=min(left, cap) if cap else left,
-                lock_timeout_ms=lock_timeout_ms,
-            )
+            settings(conn, tenant, statement_timeout_ms=min(left, cap) if cap else left)
             budget.applied()
             yield conn
 
@@ -281,9 +289,10 @@ def set_tenant(
     generic_plans: bool = False,
     statement_timeout_ms: int | None = None,
     lock_timeout_ms: int | None = None,
+    synchronous_commit: bool = True,
 ) -> None:
     """The transaction's tenant and role (and, when asked, its plan cache mode, statement and lock
-    timeouts) in one round trip. The role is the application role whatever the session's is
+    timeouts, and an asynchronous commit) in one round trip. The role is the application role whatever the session's is
     (`Database.connection`'s app_role)."""
     settings = [("memoria.tenant", tenant), ("role", APP_ROLE)]
     if generic_plans:
@@ -292,6 +301,8 @@ def set_tenant(
         settings.append(("statement_timeout", str(statement_timeout_ms)))
     if lock_timeout_ms is not None:
         settings.append(("lock_timeout", str(lock_timeout_ms)))
+    if not synchronous_commit:
+        settings.append(("synchronous_commit", "off"))
     calls = ", ".join(f"set_config('{name}', %s, true)" for name, _ in settings)  # names: the constants above
     conn.execute(f"SELECT {calls}", [value for _, value in settings])
 

@@ -46,6 +46,7 @@ STATUS_SQL = (
 # After a commit the primary has written WAL at least through its commit record: pg_current_wal_lsn().
 # Not with synchronous_commit = off (the commit returns before its WAL is written): then the insert
 # position, which may run ahead (other sessions' WAL not yet written), so a standby is waited for longer.
+PRIMARY_INSERT_LSN_SQL = "SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint"
 PRIMARY_LSN_SQL = (
     "SELECT (CASE WHEN current_setting('synchronous_commit') = 'off' THEN pg_current_wal_insert_lsn() "
     "ELSE pg_current_wal_lsn() END - '0/0')::bigint"
@@ -172,15 +173,18 @@ class ReadRouter:
             replica.db.close()
 
     # -- writes ----------------------------------------------------------------------------------
-    def wrote(self, tenants: str | Iterable[str] | None) -> None:
+    def wrote(self, tenants: str | Iterable[str] | None, *, asynchronous: bool = False) -> None:
         """After a write call of `tenants` (None: any tenant) committed, or may have: the primary's WAL
-        position now, which a standby must have replayed before it serves those tenants' queries."""
+        position now, which a standby must have replayed before it serves those tenants' queries.
+        `asynchronous`: the write committed with synchronous_commit off (Database.transaction), so its
+        commit record may not be written yet: the position is the WAL insert position, which a commit
+        that has returned is behind on any connection."""
         if not self.enabled:
             return
         names = [tenants] if isinstance(tenants, str) else (None if tenants is None else list(tenants))
         try:
             with self.primary.connection() as conn:
-                lsn = int(scalar(conn, PRIMARY_LSN_SQL))
+                lsn = int(scalar(conn, PRIMARY_INSERT_LSN_SQL if asynchronous else PRIMARY_LSN_SQL))
         except (psycopg.Error, MemoriaError):
             lsn = UNKNOWN  # the write may be anywhere: those tenants read the primary until their next write
         self.writes.record(names, lsn)

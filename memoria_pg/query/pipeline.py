@@ -626,16 +626,22 @@ class QueryPipeline:
     def record_access(self, tenant: str, returned: Sequence[CandidateRecord]) -> str | None:
         """The access statistics of the returned memories, best effort: a row lock not granted within
         ACCESS_LOCK_TIMEOUT_MS, a spent budget or a server error leave them as they were and are
-        returned (Diagnostics.access_error), never raised: the answer is computed by then."""
+        returned (Diagnostics.access_error), never raised: the answer is computed by then. It commits
+        asynchronously (synchronous_commit off): the query does not wait for a WAL flush, and a server
+        crash may lose the counts of the last fraction of a second (at most three wal_writer_delay)."""
         try:
-            with self.db.transaction(tenant, lock_timeout_ms=ACCESS_LOCK_TIMEOUT_MS) as conn, schema_current():
+            with (
+                self.db.transaction(tenant, lock_timeout_ms=ACCESS_LOCK_TIMEOUT_MS, synchronous_commit=False) as conn,
+                schema_current(),
+            ):
                 conn.execute(load_sql("record_access"), {"ids": [c.memory_id for c in returned]})
         except (psycopg.Error, MemoriaError) as exc:
             first_line = next(iter(str(exc).strip().splitlines()), "")
             return f"{type(exc).__name__}: {first_line}".strip()
         # A write of the tenant like any other: its next query (on a standby that has replayed it, or the
-        # primary) ranks with these counts. Nothing without standbys.
-        self.reads.wrote(tenant)
+        # primary) ranks with these counts; its position is the WAL insert position, since its commit
+        # record may not be written yet. Nothing without standbys.
+        self.reads.wrote(tenant, asynchronous=True)
         return None
 
 
