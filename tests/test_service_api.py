@@ -106,7 +106,9 @@ def test_search_options_diagnostics_and_explain(server, tokens):
         full = http.post(
             "/v1/search", json={"text": "Jonas cello", "diagnostics": True, "explain": True, "memory_type": "episodic"}
         ).json()
-        v3 = http.post("/v1/search", json={"text": "Jonas cello", "v3": True, "diagnostics": True}).json()
+        v3 = http.post(
+            "/v1/search", json={"text": "Jonas cello", "v3": True, "diagnostics": True, "explain": True}
+        ).json()
         bm25 = http.post(
             "/v1/search",
             json={"text": "Jonas cello", "workers": ["vector", "bm25"], "ranking": False, "diagnostics": True},
@@ -115,6 +117,7 @@ def test_search_options_diagnostics_and_explain(server, tokens):
     assert full["diagnostics"]["path"] == "v4" and full["diagnostics"]["returned_count"] == 1
     assert "route:" in full["explain"] and "candidates" in full["explain"]
     assert v3["route"] is None and v3["diagnostics"]["path"] == "v3"
+    assert "V3's statement" in v3["explain"] and "Subquery Scan on e" in v3["explain"]  # its SQL and plan
     assert set(bm25["diagnostics"]["submitted_sources"]) == {"vector", "bm25"}
     assert bm25["diagnostics"]["ranking_skipped"] is True
 

@@ -10,6 +10,7 @@ import numpy as np
 from tabulate import tabulate
 
 from ..core.types import ProcessedQuery, Route
+from .candidates import v3_statement
 from .diagnostics import Diagnostics
 from .pipeline import QueryPipeline
 from .response import QueryResponse
@@ -33,6 +34,7 @@ def explain_query(pipeline: QueryPipeline, response: QueryResponse) -> str:
     )
     if route is None:
         out.append("path: V3 (vector search only)")
+        out.extend(_v3_plan(pipeline, query, d))
     else:
         out.append(
             f"route: {route.name} workers={list(route.workers)} depth={route.graph_depth} "
@@ -64,6 +66,25 @@ def explain_query(pipeline: QueryPipeline, response: QueryResponse) -> str:
         f"ranking {d.ranking_ms:.1f})"
     )
     return "\n".join(out)
+
+
+def _v3_plan(pipeline: QueryPipeline, query: ProcessedQuery, d: Diagnostics) -> list[str]:
+    """V3's one statement (candidates.v3_statement: search, final CTE, entity lookup) with its plan."""
+    cfg, vector = pipeline.config, pipeline.embedder.embed_query(query.normalized)
+    text, params = v3_statement(
+        vector, pipeline.registry, limit=max(cfg.worker_limit, d.returned_count),
+        exact_max_rows=cfg.vector_exact_max_rows, validity=query.validity, embeddings=False, **pipeline._fusion(),
+    )  # fmt: skip
+    out = [f"\n== V3's statement ({d.database_ms:.1f} ms in the query, {d.worker_hits.get('vector', 0)} hits)"]
+    out.append(text.strip())
+    out.append("-- params: " + json.dumps({k: _shown(v) for k, v in params.items()}, default=str))
+    with pipeline.db.transaction(query.tenant, generic_plans=True) as conn:
+        t0 = time.perf_counter()
+        plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + text, params).fetchall()
+        elapsed = (time.perf_counter() - t0) * 1000
+    out.append(f"-- plan ({elapsed:.1f} ms):")
+    out.extend("   " + row[0] for row in plan)
+    return out
 
 
 def _worker_plans(pipeline: QueryPipeline, query: ProcessedQuery, route: Route, d: Diagnostics) -> list[str]:
