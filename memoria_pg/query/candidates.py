@@ -234,26 +234,10 @@ class V3Result:
     known_entities: list[str] | None
 
 
-def build_v3_candidates(
-    conn: psycopg.Connection,
-    embedding: Any,
-    registry: WorkerRegistry,
-    *,
-    limit: int,
-    exact_max_rows: int,
-    norms: Sequence[str] = (),
-    cap: int,
-    rrf_k: int,
-    depth: int,
-    method: str = "score",
-    validity: Validity = VALID_NOW,
-    embeddings: bool = True,
-) -> V3Result:
-    """V3's candidates from its one statement (v3_statement), in `conn`'s tenant transaction."""
-    text, params = v3_statement(
-        embedding, registry, limit=limit, exact_max_rows=exact_max_rows, norms=norms, cap=cap, rrf_k=rrf_k,
-        depth=depth, method=method, validity=validity, embeddings=embeddings,
-    )  # fmt: skip
+def build_v3_candidates(conn: psycopg.Connection, statement: Statement, registry: WorkerRegistry) -> V3Result:
+    """V3's candidates from its one statement (v3_statement's text and parameters), in `conn`'s
+    tenant transaction."""
+    text, params = statement
     with conn.cursor(row_factory=dict_row, binary=True) as cur, schema_current():
         register_readable_times(cur)  # a legacy time out of datetime's range fails no query
         rows = cur.execute(text, params).fetchall()

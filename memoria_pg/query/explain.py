@@ -75,10 +75,16 @@ def _v3_plan(pipeline: QueryPipeline, query: ProcessedQuery, d: Diagnostics) -> 
         vector, pipeline.registry, limit=max(cfg.worker_limit, d.returned_count),
         exact_max_rows=cfg.vector_exact_max_rows, validity=query.validity, embeddings=False, **pipeline._fusion(),
     )  # fmt: skip
-    out = [f"\n== V3's statement ({d.database_ms:.1f} ms in the query, {d.worker_hits.get('vector', 0)} hits)"]
-    out.append(text.strip())
-    out.append("-- params: " + json.dumps({k: _shown(v) for k, v in params.items()}, default=str))
-    with pipeline.db.transaction(query.tenant, generic_plans=True) as conn:
+    head = f"\n== V3's statement ({d.database_ms:.1f} ms in the query, {d.worker_hits.get('vector', 0)} hits)"
+    return [head, *_statement_plan(pipeline, query.tenant, text, params, generic_plans=True)]
+
+
+def _statement_plan(
+    pipeline: QueryPipeline, tenant: str, text: str, params: dict[str, Any], *, generic_plans: bool = False
+) -> list[str]:
+    """A statement, its parameters, and its plan with EXPLAIN ANALYZE in a tenant transaction of its own."""
+    out = [text.strip(), "-- params: " + json.dumps({k: _shown(v) for k, v in params.items()}, default=str)]
+    with pipeline.db.transaction(tenant, generic_plans=generic_plans) as conn:
         t0 = time.perf_counter()
         plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + text, params).fetchall()
         elapsed = (time.perf_counter() - t0) * 1000
@@ -100,12 +106,5 @@ def _worker_plans(pipeline: QueryPipeline, query: ProcessedQuery, route: Route, 
         with pipeline.db.transaction(query.tenant) as conn:
             statements = worker.statements_for(conn, ctx)  # e.g. the vector worker's exact or HNSW form
         for text, params in statements:
-            out.append(text.strip())
-            out.append("-- params: " + json.dumps({k: _shown(v) for k, v in params.items()}, default=str))
-            with pipeline.db.transaction(query.tenant) as conn:
-                t0 = time.perf_counter()
-                plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + text, params).fetchall()
-                elapsed = (time.perf_counter() - t0) * 1000
-            out.append(f"-- plan ({elapsed:.1f} ms):")
-            out.extend("   " + row[0] for row in plan)
+            out.extend(_statement_plan(pipeline, query.tenant, text, params))
     return out

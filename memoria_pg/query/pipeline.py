@@ -40,6 +40,7 @@ from .candidates import (
     filter_by_type,
     prefer_current_facts,
     retrieval_order,
+    v3_statement,
 )
 from .diagnostics import Diagnostics
 from .processor import EntityLookup, PrefetchedLookup, QueryProcessor, TableLookup, candidate_ngrams
@@ -542,10 +543,11 @@ class QueryPipeline:
     ) -> V3Result:
         """V3's one statement (candidates.build_v3_candidates) with the configured limits."""
         cfg = self.config
-        return build_v3_candidates(
-            conn, vector, self.registry, limit=max(cfg.worker_limit, top_k), exact_max_rows=cfg.vector_exact_max_rows,
+        statement = v3_statement(
+            vector, self.registry, limit=max(cfg.worker_limit, top_k), exact_max_rows=cfg.vector_exact_max_rows,
             norms=[normalize_entity(g) for g in grams], validity=validity, embeddings=embeddings, **self._fusion(),
         )  # fmt: skip
+        return build_v3_candidates(conn, statement, self.registry)
 
     def _v3_retrieval(self, query: ProcessedQuery, found: V3Result, diag: Diagnostics) -> Retrieval:
         """V3's diagnostics and retrieval order (inverse distance) over its candidates."""
