@@ -13,7 +13,9 @@ import memoria_pg.query.pipeline as pipeline_module
 from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.query.candidates import v3_statement
+from memoria_pg.query.shards import ALL, tenant_rows
 from memoria_pg.query.workers import DEFAULT_WORKERS
+from memoria_pg.query.workers.vector import exact
 from memoria_pg.system import MemorySystem
 
 DIM = 384
@@ -148,19 +150,25 @@ def test_the_entity_lookup_rides_in_the_statement_and_falls_back_without_candida
             assert lowered(ranking=False).query.entities == empty.query.entities
 
 
-@pytest.mark.parametrize("exact_max_rows", [10_000, 0], ids=["exact search", "HNSW"])
-def test_only_the_chosen_search_runs(stored, exact_max_rows):
+# 40 memories over 3 types: 14 per type (42) allows the exact search, 13 (39) does not.
+@pytest.mark.parametrize(
+    "exact_max_rows", [10_000, 14, 13, 0], ids=["exact", "exact at the bound", "HNSW past it", "HNSW"]
+)
+def test_only_the_chosen_search_runs_as_the_vector_worker_chooses(stored, exact_max_rows):
     system, ids, rng = stored(vector_exact_max_rows=exact_max_rows)
     text, params = v3_statement(
         unit(rng, 1)[0], DEFAULT_WORKERS, limit=50, exact_max_rows=exact_max_rows, cap=200, rrf_k=60, depth=20
     )
     with system.db.transaction("t") as conn:
         plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + text, params).fetchall())
+        # The statement's rule (sql/v3_search.sql, in SQL) is VectorWorker's (in Python) for the whole table.
+        chosen_exact = exact_max_rows > 0 and exact(tenant_rows(conn), ALL, exact_max_rows)
+    assert chosen_exact == (exact_max_rows in (10_000, 14))
     # sql/v3_search.sql: the exact form is the subquery `e`, the HNSW form reads workers/vector's CTE
     # `nearest`, each under a one-time filter.
     exact_scan = next(line for line in plan.splitlines() if "Subquery Scan on e " in line)
     hnsw_scan = next(line for line in plan.splitlines() if "CTE Scan on nearest" in line)
-    ran, idle = (exact_scan, hnsw_scan) if exact_max_rows else (hnsw_scan, exact_scan)
+    ran, idle = (exact_scan, hnsw_scan) if chosen_exact else (hnsw_scan, exact_scan)
     assert "never executed" in idle and "never executed" not in ran
     assert ("cosine_distance" in plan) and ("<=>" in plan)  # both forms are in the statement
 

@@ -292,8 +292,8 @@ def set_tenant(
     synchronous_commit: bool = True,
 ) -> None:
     """The transaction's tenant and role (and, when asked, its plan cache mode, statement and lock
-    timeouts, and an asynchronous commit) in one round trip. The role is the application role whatever the session's is
-    (`Database.connection`'s app_role)."""
+    timeouts, and an asynchronous commit) in one round trip. The role is the application role
+    whatever the session's is (`Database.connection`'s app_role)."""
     settings = [("memoria.tenant", tenant), ("role", APP_ROLE)]
     if generic_plans:
         settings.append(("plan_cache_mode", "force_generic_plan"))
