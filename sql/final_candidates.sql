@@ -84,8 +84,12 @@ WITH hits AS (
 SELECT m.id AS memory_id, ch.fused[o.pos] AS retrieval_score,
        m.tenant, m.memory_type, m.content, m.metadata,
        m.importance::text AS importance,  -- as printed: the result is fetched in binary (candidates.py)
-       m.created_at, m.external_id,
-       a.last_accessed_at, coalesce(a.access_count, 0) AS access_count,
+       -- the times clamped to what a datetime holds in any session time zone, so that the client reads
+       -- them with psycopg's C loader (db/database.py, CLAMPED_EARLIEST): only a legacy time changes
+       greatest(least(m.created_at, '9999-12-31 07:59:59.999999+00'), '0001-01-01 16:00:00+00') AS created_at,
+       m.external_id,
+       greatest(least(a.last_accessed_at, '9999-12-31 07:59:59.999999+00'), '0001-01-01 16:00:00+00') AS last_accessed_at,
+       coalesce(a.access_count, 0) AS access_count,
        CASE WHEN %(embeddings)s::boolean THEN m.embedding END AS embedding  -- only ranking reads them
 FROM chosen ch
 JOIN memoria.memories m ON m.id = ANY(ch.ids)

@@ -5,16 +5,19 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
+import json
 import re
 import select
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
+import orjson
 import psycopg
 import psycopg_pool
 from pgvector.psycopg import register_vector
 from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
+from psycopg.types.json import set_json_loads
 
 from ..errors import ExtensionMissing, PoolTimeout, SchemaError, ServerError
 from .budget import QueryBudget, current_budget
@@ -130,6 +133,7 @@ class Database:
         conn.autocommit = True
         register_vector(conn)
         register_readable_times(conn)
+        set_json_loads(json_loads, conn)
         if self.capabilities.age:
             # A no-op when the server preloads AGE; needed (and allowed) before dropping privileges.
             with contextlib.suppress(psycopg.Error):
@@ -407,3 +411,48 @@ def register_readable_times(context: psycopg.Connection | psycopg.Cursor[Any]) -
     """timestamptz results of `context` (a connection or a cursor) through the readable-time loaders."""
     context.adapters.register_loader("timestamptz", ReadableTimeLoader)
     context.adapters.register_loader("timestamptz", ReadableTimeTextLoader)
+
+
+# The statements of the query's hot path (the final CTE, V3's statement) clamp the times they return to
+# [CLAMPED_EARLIEST, CLAMPED_LATEST] in SQL: 16 hours inside what a datetime holds, so that every session
+# time zone (at most 15:59 from UTC) can hold them, and psycopg's C loader reads them (1.2 against 0.2
+# microseconds a value: ~250 values a query) instead of the loaders above, which are Python. A clamped
+# value reads as the nearest readable time (nearest_readable), as they make it; validation keeps new
+# times a day inside, so no time stored since is changed.
+CLAMPED_EARLIEST = _EARLIEST + dt.timedelta(hours=16)
+CLAMPED_LATEST = _LATEST - dt.timedelta(hours=16)
+_C_TIMES = psycopg.adapters.get_loader(psycopg.postgres.types["timestamptz"].oid, psycopg.pq.Format.BINARY)
+
+
+def register_clamped_times(cur: psycopg.Cursor[Any] | psycopg.RawCursor[Any]) -> None:
+    """Binary timestamptz results of `cur` through psycopg's own loader (C in psycopg[binary]): for
+    statements whose times are clamped in SQL (CLAMPED_EARLIEST); the others raise on a legacy time."""
+    if _C_TIMES is not None:
+        cur.adapters.register_loader("timestamptz", _C_TIMES)
+
+
+def nearest_readable(value: dt.datetime) -> dt.datetime:
+    """A time clamped in SQL (CLAMPED_EARLIEST, CLAMPED_LATEST) as the readable-time loaders read it."""
+    if value <= CLAMPED_EARLIEST:
+        return _EARLIEST
+    if value >= CLAMPED_LATEST:
+        return _LATEST
+    return value
+
+
+# 19 digits in a row may be an integer beyond 64 bits, which orjson would read as a float.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+
+
+def json_loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """A json or jsonb value (a memory's metadata: ~100 of them in a query's candidates) read by
+    orjson, 4-5x faster than the standard module. The standard module reads what orjson would read
+    otherwise: a text with 19 digits in a row (jsonb numbers have arbitrary precision; orjson reads an
+    integer beyond 64 bits as a float) and what orjson refuses (a lone surrogate escape)."""
+    raw = data.encode() if isinstance(data, str) else data
+    if _LONG_DIGITS.search(raw) is None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(bytes(raw))

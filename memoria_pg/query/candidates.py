@@ -14,7 +14,8 @@ from psycopg.rows import dict_row
 
 from ..core.types import VALID_NOW, CandidateRecord, SourceHit, Validity
 from ..db import load_sql, schema_current
-from ..db.database import register_readable_times
+from ..db.database import nearest_readable, register_clamped_times
+from ..db.native import native
 from .workers import WorkerRegistry
 from .workers.base import Statement
 
@@ -116,11 +117,13 @@ def float_array(values: Iterable[float]) -> str:
 
 def text_array(values: Iterable[str | None]) -> str:
     """Strings as an array literal: each element double-quoted, backslashes and quotes escaped; None is NULL."""
-    return (
-        "{"
-        + ",".join("NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
-        + "}"
-    )
+    return "{" + ",".join(map(_element, values)) + "}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _element(value: str | None) -> str:
+    # Cached: the hits' arrays repeat a few source names and memory types hundreds of times a query.
+    return "NULL" if value is None else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def candidate_statement(
@@ -167,11 +170,17 @@ def build_candidates(
     # Binary results: 200 embeddings arrive as raw float32 instead of 76,800 numbers printed and
     # parsed back (the text parse was most of this statement's time). Same values: the SQL sends
     # `importance` as text, because a binary real is its float32 value, not the decimal it prints.
-    with conn.cursor(row_factory=dict_row, binary=True) as cur, schema_current():
-        register_readable_times(cur)  # a legacy time out of datetime's range fails no query
-        rows = cur.execute(load_sql("final_candidates"), params).fetchall()
+    rows = _fetch(conn, native(load_sql("final_candidates"), "sql/final_candidates.sql"), params)
     names = registry.score_names()
     return [_candidate(row, found[row["memory_id"]], names) for row in rows]
+
+
+def _fetch(conn: psycopg.Connection, statement: Any, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The rows of the final CTE or V3's statement (db/native.py: converted once, sent as it is), in
+    binary, its clamped times read by psycopg's C loader (register_clamped_times)."""
+    with psycopg.RawCursor(conn, row_factory=dict_row) as cur, schema_current():
+        register_clamped_times(cur)
+        return cur.execute(statement.text, statement.args(params), binary=True).fetchall()
 
 
 def v3_statement(
@@ -238,9 +247,7 @@ def build_v3_candidates(conn: psycopg.Connection, statement: Statement, registry
     """V3's candidates from its one statement (v3_statement's text and parameters), in `conn`'s
     tenant transaction."""
     text, params = statement
-    with conn.cursor(row_factory=dict_row, binary=True) as cur, schema_current():
-        register_readable_times(cur)  # a legacy time out of datetime's range fails no query
-        rows = cur.execute(text, params).fetchall()
+    rows = _fetch(conn, native(text, "sql/v3_search.sql"), params)
     names = registry.score_names()
     out = []
     for row in rows:
@@ -281,7 +288,7 @@ def _candidate(
                 scores[f"{h.source}_{key}"] = float(value)
     distance = scores.get("vector_distance")
     base = 1.0 / (1.0 + distance) if distance is not None else 0.0
-    embedding = row["embedding"]
+    embedding, accessed = row["embedding"], row["last_accessed_at"]
     return CandidateRecord(
         memory_id=row["memory_id"],
         tenant=row["tenant"],
@@ -289,8 +296,8 @@ def _candidate(
         content=row["content"],
         metadata=row["metadata"],
         importance=float(row["importance"]),
-        created_at=row["created_at"],
-        last_accessed_at=row["last_accessed_at"],
+        created_at=nearest_readable(row["created_at"]),  # a legacy time out of range fails no query
+        last_accessed_at=None if accessed is None else nearest_readable(accessed),
         access_count=int(row["access_count"]),
         external_id=row["external_id"],
         embedding=_vector(embedding),

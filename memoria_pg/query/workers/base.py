@@ -120,21 +120,22 @@ class Worker(Source):
         return self.hits(rows)
 
     def hits(self, rows: list[dict[str, Any]]) -> list[SourceHit]:
-        best: dict[int, dict[str, Any]] = {}
+        best: dict[int, tuple[float, dict[str, Any]]] = {}
         sign = -1.0 if self.lower_is_better else 1.0
         for row in rows:  # a memory lives in one shard only, but shards may overlap (fallback pools)
+            score = self.score(row)  # once per row: scores are read three times below
             prev = best.get(row["memory_id"])
-            if prev is None or sign * self.score(row) > sign * self.score(prev):
-                best[row["memory_id"]] = row
-        ordered = sorted(best.values(), key=lambda r: (-sign * self.score(r), r["memory_id"]))
+            if prev is None or sign * score > sign * prev[0]:
+                best[row["memory_id"]] = (score, row)
+        ordered = sorted(best.values(), key=lambda pair: (-sign * pair[0], pair[1]["memory_id"]))
         return [
             SourceHit(
                 memory_id=r["memory_id"],
                 source=self.name,
-                rank=i + 1,
-                score=self.score(r),
+                rank=rank,
+                score=score,
                 memory_type=r.get("memory_type"),
                 detail=self.detail(r),
             )
-            for i, r in enumerate(ordered)
+            for rank, (score, r) in enumerate(ordered, 1)
         ]
