@@ -4,6 +4,11 @@ per query (A then B, then B then A), the scale benchmark's queries with their ve
 
     python benchmarks/before_after.py --rev 4d9e953 --db memoria_scale_100000 [--queries 200] [--rounds 2]
     python benchmarks/before_after.py --rev 2baa82b --before-db memoria_old_layout --db memoria_new_layout
+    python benchmarks/before_after.py --rev 7e3efa7 --db memoria_ab_locomo --locomo /work/shared/eval
+
+With --locomo the data and queries are real: the LoCoMo dev turns with their context (loaded into --db
+the first time, with the evaluation's cached MiniLM vectors, as benchmarks/peers.py loads them) and its
+questions with evidence, their cached vectors supplied.
 
 The database must exist (built by `scale.py`) and be migrated to the working tree's head; the old code
 runs against that schema. With --before-db the revision runs on that database instead (a copy of the
@@ -50,7 +55,7 @@ def backend_cpu_ns(pids: list[int]) -> int:
     return total
 
 
-def serve(dsn: str, n: int) -> None:
+def serve(dsn: str, n: int, locomo: str | None = None) -> None:
     """The child: answers `<query index> <mode>` lines with the query's diagnostics as JSON lines.
 
     Its library is the revision's or the working tree's (the child's PYTHONPATH): only what both
@@ -75,9 +80,12 @@ def serve(dsn: str, n: int) -> None:
 
     # No query-vector cache: the e2e mode embeds every query each time, as a user's new question is.
     config = Config.from_env(dsn=dsn, use_age=False, pool_min_size=12, pool_max_size=48, query_cache_size=0)
-    queries = corpus.queries(n, seed=7, n_tenants=10, world=corpus.universe(7, 10))
-    embed = library.hash_embed()
-    vectors = [embed(q.text) for q in queries]
+    if locomo:
+        queries, vectors = locomo_queries(Path(locomo), n)
+    else:
+        queries = corpus.queries(n, seed=7, n_tenants=10, world=corpus.universe(7, 10))
+        embed = library.hash_embed()
+        vectors = [embed(q.text) for q in queries]
     with MemorySystem(config, auto_migrate=False) as system:
         print(json.dumps({"ready": True}), flush=True)
         for line in sys.stdin:
@@ -89,7 +97,7 @@ def serve(dsn: str, n: int) -> None:
             result = system.query(
                 q.text,
                 tenant=q.tenant,
-                memory_type=q.memory_type,
+                memory_type=getattr(q, "memory_type", None),
                 ranking=mode == "ranked",
                 v4=mode != "v3",
                 embedding=None if mode == "e2e" else vectors[int(i)],
@@ -114,11 +122,56 @@ def serve(dsn: str, n: int) -> None:
             )
 
 
-def child(root: Path, dsn: str, n: int) -> subprocess.Popen:
+def locomo_data(data: Path) -> tuple[Any, dict, dict]:
+    """LoCoMo dev and the evaluation's cached MiniLM vectors of its memories and questions."""
+    from evals import locomo
+    from evals.cache import EmbeddingCache, default_cache_dir
+    from evals.runner import embed
+
+    dataset = locomo.load(data)
+    docs, queries = embed(dataset, EmbeddingCache(default_cache_dir() / "locomo-all-MiniLM-L6-v2.npz"))
+    return dataset, docs, queries
+
+
+def locomo_queries(data: Path, n: int) -> tuple[list[Any], list[Any]]:
+    """The first `n` questions with evidence (no adversarial ones), and their vectors."""
+    from evals.metrics import ADVERSARIAL
+
+    dataset, _, vectors = locomo_data(data)
+    queries = [q for q in dataset.queries if q.relevant and q.group != ADVERSARIAL][:n]
+    return queries, [vectors[q.query_id] for q in queries]
+
+
+def load_locomo(admin_dsn: str, db: str, data: Path) -> None:
+    """Create `db` with the LoCoMo turns (context and vectors as the evaluation stores them), once."""
+    import psycopg
+    from psycopg import sql
+
+    from memoria_pg import Config, MemoryRecord, MemorySystem
+
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,)).fetchone():
+            return
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+    params = psycopg.conninfo.conninfo_to_dict(admin_dsn)
+    params["dbname"] = db
+    dsn = psycopg.conninfo.make_conninfo(**params)
+    dataset, vectors, _ = locomo_data(data)
+    with MemorySystem(Config(dsn=dsn, use_age=False), auto_migrate=True) as system:
+        system.store_many(
+            (MemoryRecord(content=d.content, context=d.context, tenant=d.tenant, metadata={"doc_id": d.doc_id},
+                          created_at=d.created_at, external_id=d.doc_id, embedding=vectors[(d.tenant, d.doc_id)])
+             for d in dataset.documents), return_ids=False,
+        )  # fmt: skip
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM (ANALYZE)")
+
+
+def child(root: Path, dsn: str, n: int, locomo: str | None = None) -> subprocess.Popen:
     # The child imports the library of `root` (first on its PYTHONPATH), and this folder's serve(),
     # corpus and library modules: both sides build the same queries.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(HERE)])}
-    code = f"import before_after; before_after.serve({dsn!r}, {n})"
+    code = f"import before_after; before_after.serve({dsn!r}, {n}, {locomo!r})"
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=root, env=env
     )
@@ -147,6 +200,7 @@ def main() -> int:
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--modes", default="v4,v3,ranked", help=f"comma-separated, of {', '.join(MODES)}")
+    p.add_argument("--locomo", type=Path, help="real data: the folder holding locomo/ (MEMORIA_EVAL_DATA)")
     p.add_argument("--out", default="results/scale")
     args = p.parse_args()
     import psycopg
@@ -162,7 +216,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "archive", args.rev], capture_output=True, check=True, cwd=REPO).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        sides = {"before": child(Path(tmp), before_dsn, args.queries), "after": child(REPO, dsn, args.queries)}
+        locomo = str(args.locomo) if args.locomo else None
+        if locomo:
+            load_locomo(args.dsn, args.db, args.locomo)
+        sides = {
+            "before": child(Path(tmp), before_dsn, args.queries, locomo),
+            "after": child(REPO, dsn, args.queries, locomo),
+        }
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
         unknown = [m for m in modes if m not in MODES]
         if unknown:
@@ -189,7 +249,7 @@ def main() -> int:
         "",
         f"Each side is its own process and MemorySystem on the same database, alternating per query "
         f"(before then after, then after then before), {args.queries} queries x {args.rounds} rounds per "
-        f"mode, embedding supplied (HashEmbedder vectors) except in the e2e mode (embedded by the library, no query-vector cache). 1-minute load average during the passes "
+        f"mode, embedding supplied ({'LoCoMo dev, cached MiniLM vectors' if locomo else 'HashEmbedder vectors'}) except in the e2e mode (embedded by the library, no query-vector cache). 1-minute load average during the passes "
         f"{min(loads):.1f}..{max(loads):.1f} on {os.cpu_count()} CPUs. client_cpu_ms = CPU of the client "
         f"process per query (all its threads); server_cpu_ms = CPU of its own server backends per query "
         f"(/proc/<pid>/schedstat, so the machine's load does not inflate it).",
@@ -242,7 +302,9 @@ def main() -> int:
     stem = Path(args.out) / f"{time.strftime('%Y%m%dT%H%M%S')}-{args.db}-before-after"
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".md").write_text(text)
-    stem.with_suffix(".json").write_text(json.dumps({"args": vars(args), "head": head, "loads": loads, "results": res}))
+    stem.with_suffix(".json").write_text(
+        json.dumps({"args": vars(args), "head": head, "loads": loads, "results": res}, default=str)
+    )
     print(text)
     return 0
 
