@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -193,9 +194,10 @@ def test_pipeline_reports_pending_and_failed_sources(config, dsn):
 
 
 def test_each_worker_runs_with_its_plan_mode_and_the_connection_keeps_custom_plans(system, scheduler):
-    """bm25, phrase, graph (SQL) and attribute run on generic plans, vector on custom ones (its shard
-    filter prunes partitions only in a custom plan); the mode is the transaction's, so the pooled
-    connection is back to the pool's force_custom_plan afterwards."""
+    """bm25, phrase, graph (SQL) and attribute run on generic plans, and vector when all its
+    statements are the exact search (a small tenant, as here; its HNSW form keeps custom plans); the
+    mode is the transaction's, so the pooled connection is back to the pool's force_custom_plan
+    afterwards."""
     modes: dict[str, str] = {}
 
     def reading(name: str):
@@ -222,13 +224,16 @@ def test_each_worker_runs_with_its_plan_mode_and_the_connection_keeps_custom_pla
     ctx = pipeline.context(query, route, np.zeros(system.config.embedding_dim, dtype=np.float32), rows)
     bound = pipeline.tasks(list(system.pipeline.registry.names), ctx)
     assert {name: task.generic_plans for name, task in bound.items()} == {
-        "vector": False,
+        "vector": True,
         "bm25": True,
         "graph": system.pipeline.graph_backend == "sql",
         "phrase": True,
         "attribute": True,
         "fusion": False,  # it holds the vector worker's statement
     }
+    hnsw = dataclasses.replace(ctx, config=system.config.replace(vector_exact_max_rows=0))
+    assert not pipeline.tasks(["vector"], hnsw)["vector"].generic_plans
+    assert not pipeline.tasks(["vector"], dataclasses.replace(ctx, tenant_rows=None))["vector"].generic_plans
 
 
 def test_the_deadline_counts_from_the_last_add(scheduler):

@@ -16,7 +16,6 @@ from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.core.text import tokenize
 from memoria_pg.core.types import ProcessedQuery, Shard, SourceHit
-from memoria_pg.db import load_sql
 from memoria_pg.query.shards import ALL
 from memoria_pg.query.workers import DEFAULT_WORKERS as WORKERS
 from memoria_pg.query.workers import WorkerContext
@@ -25,7 +24,7 @@ from memoria_pg.query.workers.bm25 import BM25Worker
 from memoria_pg.query.workers.fusion import FusionWorker
 from memoria_pg.query.workers.graph import GraphWorker
 from memoria_pg.query.workers.phrase import PhraseWorker
-from memoria_pg.query.workers.vector import VectorWorker
+from memoria_pg.query.workers.vector import VectorWorker, shard_sql
 from memoria_pg.system import MemorySystem
 
 FUSION_DEPTH = Config().rrf_depth
@@ -140,20 +139,57 @@ def test_vector_searches_small_tenants_exactly_and_large_ones_with_hnsw(system, 
     )
 
     def chosen(per_type: int) -> list[str]:
+        """Each shard's form, from its statement: sql/workers/vector_exact or vector, its shard filter
+        written for that shard (shard_sql)."""
         with system.db.transaction("t") as conn:  # tenant t: 20 general, 5 fact, 0 episodic memories
-            return [
-                text
-                for text, _ in VectorWorker().statements_for(
-                    conn, dataclasses.replace(ctx, config=system.config.replace(vector_exact_max_rows=per_type))
-                )
-            ]
+            statements = VectorWorker().statements_for(
+                conn, dataclasses.replace(ctx, config=system.config.replace(vector_exact_max_rows=per_type))
+            )
+        forms = {
+            (shard_sql(f"workers/{name}", shard), i): name
+            for name in ("vector_exact", "vector")
+            for i, shard in enumerate(ctx.shards)
+        }
+        return [
+            forms[(text, i)].replace("vector_exact", "exact").replace("vector", "hnsw")
+            for i, (text, _) in enumerate(statements)
+        ]
 
-    exact, hnsw = load_sql("workers/vector_exact"), load_sql("workers/vector")
+    exact, hnsw = "exact", "hnsw"
     # The whole table holds 25 memories of the tenant in 2 types: exact up to 2 x the per-type budget.
     assert chosen(13) == [exact, exact, hnsw, exact]
     assert chosen(12) == [hnsw, exact, hnsw, exact]
     assert chosen(20) == [exact, exact, exact, exact]
     assert chosen(0) == [hnsw, hnsw, hnsw, hnsw]
+
+
+@pytest.mark.parametrize("name", ["workers/vector_exact", "workers/vector"])
+def test_a_typed_shard_prunes_partitions_on_a_generic_plan(system, vectors, name):
+    """shard_sql writes the shard filter so that a cached generic plan reads one partition (executor
+    start-up pruning); the whole table's statement has no filter. The same rows as the custom plan."""
+    from memoria_pg.db.native import native
+
+    query = next(iter(vectors.values()))
+    with system.db.transaction("t") as conn:
+        found = {}
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            conn.execute("SELECT set_config('plan_cache_mode', %s, true)", (mode,))
+            statement = native(shard_sql(name, Shard("fact")), name)
+            conn.execute(f"PREPARE typed_{mode} AS {statement.text}")
+            args = statement.args({"embedding": query, "memory_type": "fact", "limit": 10})
+            # EXECUTE's arguments cannot be bound parameters; a client-side cursor quotes them.
+            cur = psycopg.ClientCursor(conn)
+            placeholders = ", ".join(["%s"] * len(args))
+            plan = [
+                r[0] for r in cur.execute(f"EXPLAIN (ANALYZE, COSTS OFF) EXECUTE typed_{mode}({placeholders})", args)
+            ]
+            rows = cur.execute(f"EXECUTE typed_{mode}({placeholders})", args).fetchall()
+            found[mode] = [r[0] for r in rows]
+            scanned = [line for line in plan if "on memories_" in line]
+            assert len(scanned) == 1 and "memories_fact" in scanned[0], plan
+        assert found["force_custom_plan"] == found["force_generic_plan"] and len(found["force_custom_plan"]) == 5
+        assert any("Subplans Removed" in line for line in plan)  # the generic plan pruned at start-up
+    assert "%(memory_type)s" not in shard_sql(name, ALL)
 
 
 @pytest.mark.parametrize("shards", [(ALL,), (Shard("general"), Shard("fact"))])

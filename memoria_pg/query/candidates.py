@@ -16,8 +16,10 @@ from ..core.types import VALID_NOW, CandidateRecord, SourceHit, Validity
 from ..db import load_sql, schema_current
 from ..db.database import nearest_readable, register_clamped_times
 from ..db.native import native
+from .shards import ALL
 from .workers import WorkerRegistry
 from .workers.base import Statement
+from .workers.vector import shard_sql
 
 # How v3_statement makes V3's statement of sql/v3_search.sql and sql/final_candidates.sql: the vector
 # worker's two forms replace the template's marker lines, the final CTE's own hits CTE (up to
@@ -228,7 +230,7 @@ def _v3_text() -> str:
     for marker, name in _V3_SEARCHES:
         if text.count(marker) != 1:
             raise RuntimeError(f"sql/v3_search.sql lost its marker line {marker.strip()!r}")
-        text = text.replace(marker, load_sql(name).rstrip() + "\n")
+        text = text.replace(marker, shard_sql(name, ALL).rstrip() + "\n")  # the whole table: no shard filter
     return text + sep + rest
 
 
