@@ -35,6 +35,7 @@ MODES = {
     "v4": "V4 retrieval-only",
     "v3": "V3",
     "ranked": "V4 with ranking",
+    "v3ranked": "V3 with ranking (V3 as by default)",
     # The query embedded by the configured backend (ONNX by default) instead of supplied: latency only
     # (the stored vectors are HashEmbedder's, so the ranking means nothing).
     "e2e": "V4 retrieval-only, query embedded by the library",
@@ -98,8 +99,8 @@ def serve(dsn: str, n: int, locomo: str | None = None) -> None:
                 q.text,
                 tenant=q.tenant,
                 memory_type=getattr(q, "memory_type", None),
-                ranking=mode == "ranked",
-                v4=mode != "v3",
+                ranking=mode in ("ranked", "v3ranked"),
+                v4=mode not in ("v3", "v3ranked"),
                 embedding=None if mode == "e2e" else vectors[int(i)],
             )
             d = result.diagnostics

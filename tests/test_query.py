@@ -278,6 +278,25 @@ def test_the_access_statistics_commit_asynchronously(loaded, dsn, monkeypatch):
         assert conn.execute("SELECT current_setting('synchronous_commit')").fetchone()[0] == "on"
 
 
+def test_a_ranked_querys_own_transactions_run_on_generic_plans(loaded, monkeypatch):
+    """Processing (the entity lookup), the final CTE and the access write read or write no partition
+    they could prune by a value: they run on cached generic plans (planning them each time cost as much
+    as running them); the worker transactions set their own mode (tests/test_scheduler.py)."""
+    from memoria_pg.db import database
+
+    asked: list[bool] = []
+    transaction = database.Database.transaction
+
+    def recording(self, tenant, **kwargs):  # type: ignore[no-untyped-def]
+        asked.append(kwargs.get("generic_plans", False))
+        return transaction(self, tenant, **kwargs)
+
+    monkeypatch.setattr(database.Database, "transaction", recording)
+    response = loaded.query("Bob lives in Paris", tenant="t", top_k=1)
+    assert response.memories and response.diagnostics.access_error is None
+    assert asked == [True, True, True]  # processing, the final CTE, the access write
+
+
 # -- tenants and input -------------------------------------------------------------------------------
 
 

@@ -219,7 +219,9 @@ class QueryPipeline:
         read in one statement with the entity lookup."""
         t0 = time.perf_counter()
         self.validate(request)
-        with self.read_db.transaction(request.tenant) as conn:
+        # Generic plans: the lookup reads two unpartitioned tables, and planning it each time cost
+        # as much as running it (0.37 against 0.18 ms on LoCoMo).
+        with self.read_db.transaction(request.tenant, generic_plans=True) as conn:
             query, rows = self.process_in(conn, request)
         diag.query_processing_ms = _ms(t0)
         return query, rows
@@ -630,10 +632,14 @@ class QueryPipeline:
         ACCESS_LOCK_TIMEOUT_MS, a spent budget or a server error leave them as they were and are
         returned (Diagnostics.access_error), never raised: the answer is computed by then. It commits
         asynchronously (synchronous_commit off): the query does not wait for a WAL flush, and a server
-        crash may lose the counts of the last fraction of a second (at most three wal_writer_delay)."""
+        crash may lose the counts of the last fraction of a second (at most three wal_writer_delay). On
+        its cached generic plan: no partition key to prune by, and planning it each time doubled its
+        cost (1.3 against 0.6 ms on LoCoMo)."""
         try:
             with (
-                self.db.transaction(tenant, lock_timeout_ms=ACCESS_LOCK_TIMEOUT_MS, synchronous_commit=False) as conn,
+                self.db.transaction(
+                    tenant, lock_timeout_ms=ACCESS_LOCK_TIMEOUT_MS, synchronous_commit=False, generic_plans=True
+                ) as conn,
                 schema_current(),
             ):
                 conn.execute(load_sql("record_access"), {"ids": [c.memory_id for c in returned]})
