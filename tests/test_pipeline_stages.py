@@ -52,6 +52,27 @@ def test_relevance_pool_too_small_runs_workers(loaded: MemorySystem):
     assert any("relevance" in c.sources for c in response.candidates)
 
 
+def test_a_large_types_pool_is_its_pinned_and_important_memories(system: MemorySystem):
+    """Beyond small_pool (3 x top_k) memories of the type, the pool is the pinned ones and those of
+    importance >= 0.9, an importance stored as 0.9 included (it is a real: 0.9 as a double is above it),
+    pinned first, nearest first; below it, every memory of the type."""
+    filler = [
+        {"content": f"Nina note {i}", "tenant": "t", "memory_type": "preference", "importance": 0.89} for i in range(12)
+    ]
+    chosen = [
+        {"content": "Nina pinned note", "tenant": "t", "memory_type": "preference", "pinned": True, "importance": 0.1},
+        {"content": "Nina important note", "tenant": "t", "memory_type": "preference", "importance": 0.9},
+        {"content": "Nina very important note", "tenant": "t", "memory_type": "preference", "importance": 1.0},
+    ]
+    system.store_many(filler + chosen)
+    big = system.query("Nina note", tenant="t", memory_type="preference", top_k=2, ranking=False)
+    pool = [c for c in big.candidates if "relevance" in c.sources]
+    assert big.diagnostics.relevance_pool_count == 3
+    assert {c.content for c in pool} == {r["content"] for r in chosen}
+    small = system.query("Nina note", tenant="t", memory_type="preference", top_k=5, ranking=False)
+    assert small.diagnostics.relevance_pool_count == 15  # 15 memories <= 3 x 5: all of them
+
+
 def test_general_queries_have_no_relevance_pool(loaded: MemorySystem):
     response = loaded.query("harbour ferry", tenant="t", top_k=3)
     assert response.diagnostics.relevance_pool_count == 0
