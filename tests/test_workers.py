@@ -20,11 +20,12 @@ from memoria_pg.query.shards import ALL
 from memoria_pg.query.workers import DEFAULT_WORKERS as WORKERS
 from memoria_pg.query.workers import WorkerContext
 from memoria_pg.query.workers.attribute import AttributeWorker
+from memoria_pg.query.workers.base import shard_sql
 from memoria_pg.query.workers.bm25 import BM25Worker
 from memoria_pg.query.workers.fusion import FusionWorker
 from memoria_pg.query.workers.graph import GraphWorker
 from memoria_pg.query.workers.phrase import PhraseWorker
-from memoria_pg.query.workers.vector import VectorWorker, shard_sql
+from memoria_pg.query.workers.vector import VectorWorker
 from memoria_pg.system import MemorySystem
 
 FUSION_DEPTH = Config().rrf_depth
@@ -163,20 +164,27 @@ def test_vector_searches_small_tenants_exactly_and_large_ones_with_hnsw(system, 
     assert chosen(0) == [hnsw, hnsw, hnsw, hnsw]
 
 
-@pytest.mark.parametrize("name", ["workers/vector_exact", "workers/vector"])
-def test_a_typed_shard_prunes_partitions_on_a_generic_plan(system, vectors, name):
+BM25_POINT = {"terms": ["point"], "types": None, "k1": 1.2, "b": 0.75, "per_term": 2000}
+
+
+@pytest.mark.parametrize(
+    ("name", "table"),
+    [("workers/vector_exact", "memories_"), ("workers/vector", "memories_"), ("workers/bm25", "memory_terms_")],
+)
+def test_a_typed_shard_prunes_partitions_on_a_generic_plan(system, vectors, name, table):
     """shard_sql writes the shard filter so that a cached generic plan reads one partition (executor
     start-up pruning); the whole table's statement has no filter. The same rows as the custom plan."""
     from memoria_pg.db.native import native
 
     query = next(iter(vectors.values()))
+    given = {"embedding": query, "memory_type": "fact", "limit": 10, **BM25_POINT}
     with system.db.transaction("t") as conn:
         found = {}
         for mode in ("force_custom_plan", "force_generic_plan"):
             conn.execute("SELECT set_config('plan_cache_mode', %s, true)", (mode,))
             statement = native(shard_sql(name, Shard("fact")), name)
             conn.execute(f"PREPARE typed_{mode} AS {statement.text}")
-            args = statement.args({"embedding": query, "memory_type": "fact", "limit": 10})
+            args = statement.args(given)
             # EXECUTE's arguments cannot be bound parameters; a client-side cursor quotes them.
             cur = psycopg.ClientCursor(conn)
             placeholders = ", ".join(["%s"] * len(args))
@@ -185,8 +193,8 @@ def test_a_typed_shard_prunes_partitions_on_a_generic_plan(system, vectors, name
             ]
             rows = cur.execute(f"EXECUTE typed_{mode}({placeholders})", args).fetchall()
             found[mode] = [r[0] for r in rows]
-            scanned = [line for line in plan if "on memories_" in line]
-            assert len(scanned) == 1 and "memories_fact" in scanned[0], plan
+            scanned = [line for line in plan if f" on {table}" in line]
+            assert len(scanned) == 1 and f"{table}fact" in scanned[0], plan
         assert found["force_custom_plan"] == found["force_generic_plan"] and len(found["force_custom_plan"]) == 5
         assert any("Subplans Removed" in line for line in plan)  # the generic plan pruned at start-up
     assert "%(memory_type)s" not in shard_sql(name, ALL)

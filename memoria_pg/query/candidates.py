@@ -18,8 +18,7 @@ from ..db.database import nearest_readable, register_clamped_times
 from ..db.native import native
 from .shards import ALL
 from .workers import WorkerRegistry
-from .workers.base import Statement
-from .workers.vector import shard_sql
+from .workers.base import Statement, shard_sql
 
 # How v3_statement makes V3's statement of sql/v3_search.sql and sql/final_candidates.sql: the vector
 # worker's two forms replace the template's marker lines, the final CTE's own hits CTE (up to

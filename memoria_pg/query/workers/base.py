@@ -4,6 +4,8 @@ and turning rows into SourceHits."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -81,6 +83,9 @@ class Worker(Source):
     # worker's shard filter needs to prune partitions; for the others planning a statement each time
     # costs more than it gains (bm25, phrase, graph, attribute: README, "Why these defaults").
     generic_plans: ClassVar[bool] = False
+    # Whether the worker's SQL file has the shard filter SHARD_FILTER, written for each statement's
+    # shard (shard_sql) instead of for any: a cached generic plan then prunes by it.
+    shard_filtered: ClassVar[bool] = False
     # Whether the worker reads ctx.embedding. One that does not may start before the query is embedded
     # (Config.overlap_embedding); a worker that does not declare it is taken to need it.
     uses_embedding: ClassVar[bool] = True
@@ -100,6 +105,8 @@ class Worker(Source):
         raise NotImplementedError
 
     def statements(self, ctx: WorkerContext) -> list[Statement]:
+        if self.shard_filtered:
+            return [(shard_sql(self.sql_name, shard), self.params(ctx, shard)) for shard in ctx.shards]
         return [(self.sql(ctx), self.params(ctx, shard)) for shard in ctx.shards]
 
     def statements_for(self, conn: psycopg.Connection, ctx: WorkerContext) -> list[Statement]:
@@ -139,3 +146,25 @@ class Worker(Source):
             )
             for rank, (score, r) in enumerate(ordered, 1)
         ]
+
+
+# The shard filter as the workers' SQL files write it for any shard:
+#     (%(memory_type)s::text IS NULL OR <alias>.memory_type = %(memory_type)s::text)
+# On a cached generic plan it prunes no partition (an OR with "IS NULL": every partition's index is
+# read, and for a typed shard the rows of the other types are read and dropped). shard_sql writes it for
+# the statement's shard instead: a typed shard keeps the equality, which a generic plan prunes by at
+# executor start-up (and a custom plan at planning); the whole table needs no filter.
+SHARD_FILTER = re.compile(r"\(%\(memory_type\)s::text IS NULL OR (\w+)\.memory_type = %\(memory_type\)s::text\)")
+
+
+@functools.cache
+def _shard_sql(name: str, typed: bool) -> str:
+    text = load_sql(name)
+    if len(SHARD_FILTER.findall(text)) != 1:
+        raise RuntimeError(f"sql/{name}.sql lost its shard filter ({SHARD_FILTER.pattern})")
+    return SHARD_FILTER.sub(r"\1.memory_type = %(memory_type)s::text" if typed else "TRUE", text)
+
+
+def shard_sql(name: str, shard: Shard) -> str:
+    """sql/<name>.sql with its shard filter (SHARD_FILTER) written for `shard`."""
+    return _shard_sql(name, shard.memory_type is not None)

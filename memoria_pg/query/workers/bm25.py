@@ -28,6 +28,7 @@ class BM25Worker(Worker):
     sql_name = "workers/bm25"
     uses_embedding = False
     generic_plans = True
+    shard_filtered = True  # its postings' shard filter prunes on the generic plan (shard_sql)
     score_name = "bm25"
     weights = FusionWeights(score=0.5, rrf=1.0)
 

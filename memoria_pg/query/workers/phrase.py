@@ -16,6 +16,7 @@ class PhraseWorker(Worker):
     sql_name = "workers/phrase"
     uses_embedding = False
     generic_plans = True
+    shard_filtered = True  # its postings' shard filter prunes on the generic plan (shard_sql)
     score_name = "phrase"
     weights = FusionWeights(score=0.0, rrf=0.0)  # auxiliary: adds candidates, feeds the phrase_hit signal
 

@@ -1,15 +1,13 @@
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
 import psycopg
 
 from ...core.types import Shard
-from ...db import load_sql
 from ..shards import tenant_rows
-from .base import FusionWeights, Statement, Worker, WorkerContext
+from .base import FusionWeights, Statement, Worker, WorkerContext, shard_sql
 
 
 class VectorWorker(Worker):
@@ -27,6 +25,7 @@ class VectorWorker(Worker):
     name = "vector"
     sql_name = "workers/vector"
     exact_sql_name = "workers/vector_exact"
+    shard_filtered = True
     score_name = "vector_distance"
     lower_is_better = True
     weights = FusionWeights(score=0.5, rrf=1.0)
@@ -43,9 +42,6 @@ class VectorWorker(Worker):
         rows = ctx.tenant_rows
         return limit > 0 and rows is not None and all(exact(rows, shard, limit) for shard in ctx.shards)
 
-    def statements(self, ctx: WorkerContext) -> list[Statement]:
-        return [(shard_sql(self.sql_name, shard), self.params(ctx, shard)) for shard in ctx.shards]
-
     def statements_for(self, conn: psycopg.Connection, ctx: WorkerContext) -> list[Statement]:
         limit = ctx.config.vector_exact_max_rows
         rows = {} if limit <= 0 else ctx.tenant_rows if ctx.tenant_rows is not None else tenant_rows(conn)
@@ -59,26 +55,6 @@ class VectorWorker(Worker):
 
     def score(self, row: dict[str, Any]) -> float:
         return float(row["distance"])
-
-
-# The shard filter of sql/workers/vector*.sql, as written for any shard. On a cached generic plan it
-# prunes nothing (an OR with "IS NULL"): every partition's index would be read. shard_sql writes it
-# for the shard instead: a typed shard keeps the equality, which a generic plan prunes by at executor
-# start-up (and a custom one at planning); the whole table needs no filter.
-SHARD_FILTER = "AND (%(memory_type)s::text IS NULL OR m.memory_type = %(memory_type)s::text)"
-
-
-@functools.cache
-def _shard_sql(name: str, typed: bool) -> str:
-    text = load_sql(name)
-    if text.count(SHARD_FILTER) != 1:
-        raise RuntimeError(f"sql/{name}.sql lost its shard filter line {SHARD_FILTER!r}")
-    return text.replace(SHARD_FILTER, "AND m.memory_type = %(memory_type)s::text" if typed else "")
-
-
-def shard_sql(name: str, shard: Shard) -> str:
-    """sql/<name>.sql with its shard filter written for `shard` (SHARD_FILTER)."""
-    return _shard_sql(name, shard.memory_type is not None)
 
 
 def exact(rows: Mapping[str, int], shard: Shard, per_type: int) -> bool:
