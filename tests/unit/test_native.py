@@ -56,3 +56,27 @@ def test_the_hot_statements_convert_and_lose_only_comments():
         assert "--" not in s.text and "%(" not in s.text
         assert len(s.text) < len(text) * 0.8  # the comments were most of the text
         assert set(s.names) == {n for n in s.names if f"%({n})s" in text}
+
+
+def test_every_shard_filtered_worker_writes_its_filter_for_the_shard():
+    """A typed shard's statement keeps the equality (a generic plan prunes by it), the whole table's
+    has no filter; a worker whose file lost the filter fails loudly (workers/base.py, shard_sql)."""
+    from memoria_pg.core.types import Shard
+    from memoria_pg.query.workers import DEFAULT_WORKERS
+    from memoria_pg.query.workers.base import SHARD_FILTER, shard_sql
+
+    filtered = [w for w in DEFAULT_WORKERS.values() if w.shard_filtered]
+    assert {w.name for w in filtered} == {"vector", "bm25", "phrase"}
+    names = [w.sql_name for w in filtered] + ["workers/vector_exact"]
+    for name in names:
+        typed, whole = shard_sql(name, Shard("fact")), shard_sql(name, Shard(None))
+        assert not SHARD_FILTER.search(typed) and not SHARD_FILTER.search(whole)
+        assert ".memory_type = %(memory_type)s::text" in typed and "%(memory_type)s" not in whole
+
+
+def test_a_worker_file_without_its_shard_filter_fails_loudly(monkeypatch):
+    from memoria_pg.query.workers import base
+
+    monkeypatch.setattr(base, "load_sql", lambda name: "SELECT 1")
+    with pytest.raises(RuntimeError, match=r"sql/workers/x\.sql lost its shard filter"):
+        base._shard_sql.__wrapped__("workers/x", True)
