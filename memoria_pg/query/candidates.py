@@ -15,7 +15,7 @@ from psycopg.rows import dict_row
 from ..core.types import VALID_NOW, CandidateRecord, SourceHit, Validity
 from ..db import load_sql, schema_current
 from ..db.database import nearest_readable, register_clamped_times
-from ..db.native import native
+from ..db.native import NativeStatement, native
 from .shards import ALL
 from .workers import WorkerRegistry
 from .workers.base import Statement, shard_sql
@@ -176,7 +176,7 @@ def build_candidates(
     return [_candidate(row, found[row["memory_id"]], names) for row in rows]
 
 
-def _fetch(conn: psycopg.Connection, statement: Any, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _fetch(conn: psycopg.Connection, statement: NativeStatement, params: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The rows of the final CTE or V3's statement (db/native.py: converted once, sent as it is), in
     binary, its clamped times read by psycopg's C loader (register_clamped_times)."""
     with psycopg.RawCursor(conn, row_factory=dict_row) as cur, schema_current():
