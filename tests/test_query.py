@@ -256,20 +256,27 @@ def test_ranked_query_records_access(loaded, dsn):
     assert again.candidates[0].access_count == 1  # read back by the final CTE
 
 
-def test_the_access_statistics_commit_asynchronously(loaded, dsn, monkeypatch):
-    """The ranked query's access upsert does not wait for a WAL flush (best effort: a crash may lose
-    the last fraction of a second of counts); the setting is the transaction's own."""
+def transaction_options(monkeypatch) -> list[dict]:
+    """The keyword options of every Database.transaction opened from now on, in order."""
     from memoria_pg.db import database
 
-    asked: list[bool] = []
+    seen: list[dict] = []
     transaction = database.Database.transaction
 
     def recording(self, tenant, **kwargs):  # type: ignore[no-untyped-def]
-        asked.append(kwargs.get("synchronous_commit", True))
+        seen.append(kwargs)
         return transaction(self, tenant, **kwargs)
 
     monkeypatch.setattr(database.Database, "transaction", recording)
+    return seen
+
+
+def test_the_access_statistics_commit_asynchronously(loaded, dsn, monkeypatch):
+    """The ranked query's access upsert does not wait for a WAL flush (best effort: a crash may lose
+    the last fraction of a second of counts); the setting is the transaction's own."""
+    seen = transaction_options(monkeypatch)
     loaded.query("Bob lives in Paris", tenant="t", top_k=1)
+    asked = [options.get("synchronous_commit", True) for options in seen]
     assert asked[-1] is False and not any(v is False for v in asked[:-1])  # the access write alone
     monkeypatch.undo()
     with loaded.db.transaction("t", synchronous_commit=False) as conn:
@@ -282,19 +289,14 @@ def test_a_ranked_querys_own_transactions_run_on_generic_plans(loaded, monkeypat
     """Processing (the entity lookup), the final CTE and the access write read or write no partition
     they could prune by a value: they run on cached generic plans (planning them each time cost as much
     as running them); the worker transactions set their own mode (tests/test_scheduler.py)."""
-    from memoria_pg.db import database
-
-    asked: list[bool] = []
-    transaction = database.Database.transaction
-
-    def recording(self, tenant, **kwargs):  # type: ignore[no-untyped-def]
-        asked.append(kwargs.get("generic_plans", False))
-        return transaction(self, tenant, **kwargs)
-
-    monkeypatch.setattr(database.Database, "transaction", recording)
+    seen = transaction_options(monkeypatch)
     response = loaded.query("Bob lives in Paris", tenant="t", top_k=1)
     assert response.memories and response.diagnostics.access_error is None
-    assert asked == [True, True, True]  # processing, the final CTE, the access write
+    assert [options.get("generic_plans", False) for options in seen] == [
+        True,
+        True,
+        True,
+    ]  # processing, the final CTE, the access write
 
 
 # -- tenants and input -------------------------------------------------------------------------------
