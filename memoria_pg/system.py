@@ -21,7 +21,7 @@ from .config import Config, default_data_dir
 from .core import validation
 from .core.embedding import CachedQueryEmbedder, Embedder, LazyEmbedder
 from .core.types import ForgetResult, HistoryEvent, Memory, MemoryRecord, StoreResult
-from .db import Database, embedded, translating
+from .db import Database, embedded, translating, vector_indexes
 from .db.replicas import ReadRouter, ReplicaSettings
 from .errors import ServerError
 from .ingest import Ingestor, RecordRules, batched
@@ -200,6 +200,22 @@ class MemorySystem:
         self.ingestor.memory_types = self.memory_types
         self.pipeline.memory_types = self.memory_types
         return created
+
+    @translating
+    def sync_vector_indexes(
+        self,
+        tenants: Sequence[str] | None = None,
+        *,
+        dry_run: bool = False,
+        progress: Callable[[vector_indexes.Action], None] | None = None,
+    ) -> list[vector_indexes.Action]:
+        """Give each tenant above `vector_exact_max_rows` memories of a type its own HNSW index there
+        (built concurrently: writes go on), drop those whose tenant fell below half of it; `tenants`
+        limits it to those. Needs the DSN of the user that owns the tables (db/vector_indexes.py)."""
+        checked = None if tenants is None else [validation.tenant(t) for t in tenants]
+        return vector_indexes.sync(
+            self.dsn, self.config.vector_exact_max_rows, tenants=checked, dry_run=dry_run, progress=progress
+        )
 
     # -- ingestion -------------------------------------------------------------------------------
     @translating

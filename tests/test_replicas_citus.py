@@ -17,7 +17,7 @@ from memoria_pg.db.distribution import DISTRIBUTED, REFERENCE, citus_statements,
 
 ROOT = Path(__file__).resolve().parents[1]
 SQL_FILES = sorted((ROOT / "sql").rglob("*.sql"))
-TENANT_FILTER = re.compile(r"\btenant\s*=\s*(current_setting\('memoria\.tenant'\)|v_tenant|\w+\.tenant)")
+TENANT_FILTER = re.compile(r"\btenant\s*=\s*(current_setting\('memoria\.tenant'\)|v_tenant|\w+\.tenant|%\(tenant\)s)")
 
 
 # Statements not yet filtering each distributed table by the tenant explicitly (row-level security

@@ -177,7 +177,7 @@ def test_a_typed_shard_prunes_partitions_on_a_generic_plan(system, vectors, name
     from memoria_pg.db.native import native
 
     query = next(iter(vectors.values()))
-    given = {"embedding": query, "memory_type": "fact", "limit": 10, **BM25_POINT}
+    given = {"embedding": query, "memory_type": "fact", "limit": 10, "tenant": "t", **BM25_POINT}
     with system.db.transaction("t") as conn:
         found = {}
         for mode in ("force_custom_plan", "force_generic_plan"):

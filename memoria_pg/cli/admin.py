@@ -115,6 +115,46 @@ def db_downgrade(ctx: click.Context, revision: str, yes: bool) -> None:
     click.echo(f"schema at {migrate.current(dsn) or 'base'}")
 
 
+@db_group.command("vector-indexes")
+@click.option("--tenant", "tenants", multiple=True, help="Only this tenant (repeatable; default: every tenant).")
+@click.option("--dry-run", is_flag=True, help="Print what would be built and dropped; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.pass_context
+def db_vector_indexes(ctx: click.Context, tenants: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
+    """Give each tenant above vector_exact_max_rows memories of a type its own HNSW index there.
+
+    The vector worker searches such a tenant with HNSW; on the shard's shared index it walks every
+    tenant's vectors, on its own it walks only its own (faster, and nearer the exact result). Built
+    CONCURRENTLY (writes go on); an index whose tenant fell below half the bound is dropped. Run it
+    after a bulk load or from cron, with the DSN of the user that owns the tables.
+    """
+    from ..db import vector_indexes
+
+    cfg = config_of(ctx)
+    checked = [validation.tenant(t) for t in tenants] or None
+
+    def report(a: vector_indexes.Action) -> None:  # on stderr: stdout is the table (or JSON)
+        click.echo(f"{a.action} {a.index_name} for tenant {a.tenant!r}, {a.memory_type} ({a.rows} memories): "
+                   f"{a.seconds or 0:.1f}s", err=True)  # fmt: skip
+
+    actions = vector_indexes.sync(
+        dsn_for(cfg), cfg.vector_exact_max_rows, tenants=checked, dry_run=dry_run, progress=report
+    )
+    rows = [
+        {"tenant": a.tenant, "memory_type": a.memory_type, "memories": a.rows,
+         "action": a.action if a.seconds is not None or a.action == "keep" else f"{a.action} (dry run)",
+         "index": a.index_name}
+        for a in actions
+    ]  # fmt: skip
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    from tabulate import tabulate
+
+    bound = cfg.vector_exact_max_rows
+    click.echo(tabulate(rows, headers="keys") if rows else f"no tenant holds more than {bound} memories of a type")
+
+
 @db_group.command("current")
 @click.pass_context
 def db_current(ctx: click.Context) -> None:

@@ -31,6 +31,12 @@ if TYPE_CHECKING:
 @click.option(
     "--migrate/--no-migrate", default=None, help="Upgrade the schema first (default: only on the embedded server)."
 )
+@click.option(
+    "--vector-indexes/--no-vector-indexes",
+    default=True,
+    help="Then give each tenant grown past vector_exact_max_rows memories of a type its own HNSW index "
+    "(`memoria-pg db vector-indexes`; default: on).",
+)
 @click.pass_context
 def ingest(
     ctx: click.Context,
@@ -40,6 +46,7 @@ def ingest(
     memory_type: str | None,
     batch_size: int | None,
     migrate: bool | None,
+    vector_indexes: bool,
 ) -> None:
     """Store the memories of a JSONL, CSV or TSV FILE.
 
@@ -68,7 +75,14 @@ def ingest(
             result = system.store_many(
                 body(), batch_size=batch_size, progress=bar.update, wheres=_lazy(wheres), return_ids=False
             )
-    elapsed = time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        if vector_indexes and cfg.vector_exact_max_rows > 0 and result.inserted:
+            system.sync_vector_indexes(
+                progress=lambda a: click.echo(
+                    f"{a.action} the vector index of tenant {a.tenant!r}, {a.memory_type} ({a.rows} memories) "
+                    f"in {a.seconds or 0:.1f}s", err=True
+                )
+            )  # fmt: skip
     total = result.inserted + result.duplicates
     click.echo(
         f"stored {result.inserted} memories ({result.duplicates} duplicates skipped) from {total} "

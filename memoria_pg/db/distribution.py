@@ -35,6 +35,7 @@ DISTRIBUTED = (
     "memory_history",
     "query_traces",
     "query_trace_candidates",
+    "vector_indexes",
 )
 REFERENCE = ("memory_types", "api_keys")  # the shard list; API keys, looked up by hash for any tenant
 

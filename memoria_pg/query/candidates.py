@@ -25,6 +25,10 @@ from .workers.base import Statement, shard_sql
 # _HITS_END) is left out, and its rows come with their hit's distance and rank, the number of hits
 # (which V4's caller knows already) and the query processor's entity lookup.
 _V3_SEARCHES = (("-- @exact\n", "workers/vector_exact"), ("-- @hnsw\n", "workers/vector"))
+# The HNSW form names the tenant as a value, for the vector worker's custom plans to take a per-tenant
+# index (db/vector_indexes.py). V3's statement runs on its cached generic plan, where a value proves no
+# index predicate: it reads the tenant from the transaction, as the exact form does.
+_V3_TENANT = ("m.tenant = %(tenant)s::text", "m.tenant = current_setting('memoria.tenant')")
 _HITS_END = "\n), declared AS ("
 _V3_EDITS = (
     (
@@ -230,7 +234,9 @@ def _v3_text() -> str:
         if text.count(marker) != 1:
             raise RuntimeError(f"sql/v3_search.sql lost its marker line {marker.strip()!r}")
         text = text.replace(marker, shard_sql(name, ALL).rstrip() + "\n")  # the whole table: no shard filter
-    return text + sep + rest
+    if text.count(_V3_TENANT[0]) != 1:
+        raise RuntimeError(f"sql/workers/vector.sql lost the line V3's statement rewrites: {_V3_TENANT[0]!r}")
+    return text.replace(*_V3_TENANT) + sep + rest
 
 
 @dataclass

@@ -1,9 +1,13 @@
 -- Vector worker: cosine distance over one shard's HNSW index (iterative scan keeps the tenant
 -- filter from starving the result; the outer ORDER BY restores exact order after relaxed_order).
+-- The tenant is named as a value (the row-level security policy still checks memoria.tenant): on
+-- this statement's custom plan the planner proves a per-tenant partial HNSW index's predicate
+-- (WHERE tenant = '<tenant>', memoria_pg/db/vector_indexes.py) and searches the tenant's own graph
+-- where it has one; a tenant without one is searched on the shard's shared index.
 WITH nearest AS MATERIALIZED (
     SELECT m.id AS memory_id, m.memory_type, m.embedding <=> %(embedding)s AS distance
     FROM memoria.memories m
-    WHERE m.tenant = current_setting('memoria.tenant')
+    WHERE m.tenant = %(tenant)s::text
       AND (%(memory_type)s::text IS NULL OR m.memory_type = %(memory_type)s::text)
     ORDER BY m.embedding <=> %(embedding)s
     LIMIT %(limit)s

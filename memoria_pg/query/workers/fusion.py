@@ -35,6 +35,7 @@ class FusionWorker(Worker):
             depth=ctx.config.rrf_depth,
             limit=ctx.config.rrf_depth,
             fusion_limit=ctx.limit,
+            tenant=ctx.query.tenant,  # workers/vector's tenant, a value (VectorWorker.params)
         )
         return params
 

@@ -18,7 +18,9 @@ class VectorWorker(Worker):
     every type of the tenant for the whole table) are compared one by one (workers/vector_exact:
     index-only scan of the tenant's vectors, exact order); more go through the HNSW indexes
     (workers/vector). The exact cost grows with the rows, the HNSW cost with the partitions probed
-    (one graph search each), hence the per-type budget. `statements(ctx)`, without a transaction to
+    (one graph search each), hence the per-type budget. A tenant above the budget in a type searches
+    its own partial HNSW index there when `memoria-pg db vector-indexes` has built one
+    (db/vector_indexes.py), else the shard's shared one. `statements(ctx)`, without a transaction to
     read the sizes in, is the HNSW form.
     """
 
@@ -31,7 +33,9 @@ class VectorWorker(Worker):
     weights = FusionWeights(score=0.5, rrf=1.0)
 
     def params(self, ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
-        return {"embedding": ctx.embedding, "memory_type": shard.memory_type, "limit": ctx.limit}
+        # the tenant as a value: the HNSW form's custom plan takes the tenant's own index if it has one
+        tenant = ctx.query.tenant
+        return {"embedding": ctx.embedding, "memory_type": shard.memory_type, "limit": ctx.limit, "tenant": tenant}
 
     def plans_generic(self, ctx: WorkerContext) -> bool:
         """Generic plans when every statement of the query is the exact search: its plan does not

@@ -1,0 +1,195 @@
+"""Per-tenant HNSW indexes (memoria_pg/db/vector_indexes.py, migration 0015): which tenants get one,
+that the vector worker's HNSW statement searches it (and finds what the exact search finds), that the
+tenant's name goes into the index predicate safely, drops, rebuilds, the lock, the CLI, and 0015 both
+ways under data."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from memoria_pg.cli import cli
+from memoria_pg.config import Config
+from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.core.text import tokenize
+from memoria_pg.core.types import ProcessedQuery, Shard
+from memoria_pg.db import migrate, vector_indexes
+from memoria_pg.errors import ServerError
+from memoria_pg.query.shards import ALL
+from memoria_pg.query.workers import WorkerContext
+from memoria_pg.query.workers.vector import VectorWorker
+from memoria_pg.system import MemorySystem
+
+BOUND = 20  # vector_exact_max_rows of these tests: a tenant above it in a type gets an index there
+ODD = 'o\'brien \\ "x"; DROP TABLE memoria.memories; --'  # a tenant name that must stay a value
+
+
+def unit(n: int, seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=(n, 384)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def big(config: Config):
+    """Tenant `big`: 30 general and 5 fact memories; ODD: 25 general; `small`: 8 general."""
+    with MemorySystem(config.replace(vector_exact_max_rows=BOUND), embedder=HashEmbedder()) as system:
+        rows = [("big", "general", 30, 1), ("big", "fact", 5, 2), (ODD, "general", 25, 3), ("small", "general", 8, 4)]
+        for tenant, memory_type, n, seed in rows:
+            system.store_many(
+                [
+                    {
+                        "content": f"{memory_type} point {i}",
+                        "tenant": tenant,
+                        "memory_type": memory_type,
+                        "embedding": v,
+                    }
+                    for i, v in enumerate(unit(n, seed))
+                ]
+            )
+        yield system
+
+
+def recorded(dsn: str) -> dict[tuple[str, str], str]:
+    with psycopg.connect(dsn) as conn:
+        return {
+            (t, mt): name
+            for t, mt, name in conn.execute("SELECT tenant, memory_type, index_name FROM memoria.vector_indexes")
+        }
+
+
+def index_of(dsn: str, name: str) -> tuple[str, str, bool] | None:
+    """(table, predicate, valid) of memoria.<name>, or None."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT i.indrelid::regclass::text, pg_get_expr(i.indpred, i.indrelid), i.indisvalid FROM pg_index i "
+            "WHERE i.indexrelid = to_regclass('memoria.' || quote_ident(%s))",
+            (name,),
+        ).fetchone()
+
+
+def test_the_tenants_above_the_bound_get_an_index_of_their_own(big, dsn):
+    dry = big.sync_vector_indexes(dry_run=True)
+    assert [(a.tenant, a.memory_type, a.rows, a.action) for a in dry] == sorted(
+        [("big", "general", 30, "build"), (ODD, "general", 25, "build")]
+    )
+    assert recorded(dsn) == {}  # a dry run changes nothing
+    done = big.sync_vector_indexes()
+    assert all(a.seconds is not None for a in done)
+    names = recorded(dsn)
+    assert set(names) == {("big", "general"), (ODD, "general")}
+    for (tenant, memory_type), name in names.items():
+        assert name == vector_indexes.index_name(tenant, memory_type)
+        table, predicate, valid = index_of(dsn, name)
+        assert table == "memoria.memories_general" and valid
+        with psycopg.connect(dsn) as conn:  # the predicate holds the tenant's name exactly, as a value
+            assert conn.execute(f"SELECT count(*) FROM {table} WHERE {predicate}").fetchone()[0] == (
+                30 if tenant == "big" else 25
+            )
+    assert [a.action for a in big.sync_vector_indexes()] == ["keep", "keep"]  # a second run builds nothing
+
+
+def hnsw_plan_and_hits(system: MemorySystem, tenant: str, query: np.ndarray, shard: Shard = ALL):
+    ctx = WorkerContext(
+        query=ProcessedQuery(text="point", normalized="point", tokens=tokenize("point"), tenant=tenant),
+        embedding=query,
+        shards=(shard,),
+        limit=10,
+        graph_limit=10,
+        graph_depth=1,
+        config=system.config.replace(vector_exact_max_rows=0),  # the HNSW form, whatever the size
+    )
+    worker = VectorWorker()
+    with system.db.transaction(tenant) as conn:
+        ((text, params),) = worker.statements_for(conn, ctx)
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (COSTS OFF) " + text, params))
+        hits = worker.run(conn, ctx)
+        exact = worker.run(conn, dataclasses.replace(ctx, config=system.config.replace(vector_exact_max_rows=10**6)))
+    return plan, hits, exact
+
+
+@pytest.mark.parametrize("tenant", ["big", ODD])
+def test_the_hnsw_statement_searches_the_tenants_own_index(big, dsn, tenant):
+    query = unit(1, 9)[0]
+    before, _, _ = hnsw_plan_and_hits(big, tenant, query, Shard("general"))
+    own = vector_indexes.index_name(tenant, "general")
+    assert own not in before
+    big.sync_vector_indexes()
+    for shard in (Shard("general"), ALL):
+        plan, hits, exact = hnsw_plan_and_hits(big, tenant, query, shard)
+        assert f"Index Scan using {own} on memories_general" in plan, plan
+        # a graph of 25-30 vectors searched with ef_search 100 is the exact search
+        assert [(h.memory_id, round(h.score, 5)) for h in hits] == [(h.memory_id, round(h.score, 5)) for h in exact]
+    # another tenant's statement never takes it (its predicate is not that tenant's)
+    plan, hits, exact = hnsw_plan_and_hits(big, "small", query, Shard("general"))
+    assert own not in plan and vector_indexes.PREFIX not in plan
+    assert {h.memory_id for h in hits} == {h.memory_id for h in exact}
+
+
+def test_an_index_whose_tenant_shrank_is_dropped_and_an_unusable_one_rebuilt(big, dsn):
+    big.sync_vector_indexes()
+    name = vector_indexes.index_name("big", "general")
+    with psycopg.connect(dsn, autocommit=True) as conn:  # as a failed CREATE INDEX CONCURRENTLY leaves it
+        conn.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass('memoria.' || %s)", (name,))
+    assert {a.tenant: a.action for a in big.sync_vector_indexes(dry_run=True)} == {"big": "build", ODD: "keep"}
+    big.sync_vector_indexes()
+    assert index_of(dsn, name)[2]
+    # 30 -> 12 memories: between half the bound and the bound, the index stays (no rebuilding back and forth)
+    ids = [m.id for m in big.list_memories(tenant="big", memory_type="general", limit=100)]
+    for memory_id in ids[:18]:
+        big.delete(memory_id, tenant="big")
+    assert {a.tenant: a.action for a in big.sync_vector_indexes()}["big"] == "keep"
+    for memory_id in ids[18:21]:  # 9: below half the bound
+        big.delete(memory_id, tenant="big")
+    assert {a.tenant: (a.action, a.rows) for a in big.sync_vector_indexes()}["big"] == ("drop", 9)
+    assert index_of(dsn, name) is None and ("big", "general") not in recorded(dsn)
+    assert ("big", "general") not in {(a.tenant, a.memory_type) for a in big.sync_vector_indexes()}
+
+
+def test_sync_limited_to_tenants_and_refused_while_another_runs(big, dsn):
+    assert [a.tenant for a in big.sync_vector_indexes(["big", "small"])] == ["big"]
+    assert set(recorded(dsn)) == {("big", "general")}
+    with psycopg.connect(dsn, autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(hashtextextended('memoria.vector_indexes', 0))")
+        with pytest.raises(ServerError, match="another `memoria-pg db vector-indexes` is running"):
+            big.sync_vector_indexes()
+        assert big.sync_vector_indexes(dry_run=True)  # reading what would be done needs no lock
+    with pytest.raises(ServerError, match="vector_exact_max_rows, which is 0"):
+        vector_indexes.sync(dsn, 0)
+
+
+def test_the_cli_builds_lists_as_json_and_dry_runs(big, dsn):
+    def invoke(*args: str):
+        env = {"MEMORIA_DSN": None, "MEMORIA_DATA_DIR": None, "MEMORIA_VECTOR_EXACT_MAX_ROWS": str(BOUND)}
+        return CliRunner().invoke(cli, ["--dsn", dsn, "db", "vector-indexes", *args], env=env)
+
+    dry = invoke("--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "build (dry run)" in dry.stdout and recorded(dsn) == {}
+    built = invoke("--tenant", "big", "--json")
+    assert built.exit_code == 0, built.output
+    assert json.loads(built.stdout) == [
+        {"tenant": "big", "memory_type": "general", "memories": 30, "action": "build",
+         "index": vector_indexes.index_name("big", "general")}
+    ]  # fmt: skip
+    assert "build memories_vec_" in built.stderr
+    bad = invoke("--tenant", "")
+    assert bad.exit_code != 0 and "tenant must be a non-empty string" in bad.output
+
+
+def test_0015_both_ways_under_data(big, dsn):
+    big.sync_vector_indexes()
+    names = recorded(dsn)
+    big.close()
+    migrate.downgrade(dsn, "0014")
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT to_regclass('memoria.vector_indexes')").fetchone()[0] is None
+        assert conn.execute("SELECT count(*) FROM memoria.memories").fetchone()[0] == 68  # the memories stay
+    assert all(index_of(dsn, name) is None for name in names.values())  # its indexes went with it
+    migrate.upgrade(dsn)
+    assert recorded(dsn) == {}
+    assert [a.action for a in vector_indexes.sync(dsn, BOUND)] == ["build", "build"]
