@@ -1,0 +1,126 @@
+"""The vector worker's HNSW search on the shard's shared index against the tenant's own index
+(memoria_pg/db/vector_indexes.py), side by side, each against the exact search: recall and latency.
+
+    python benchmarks/vector_indexes.py --db memoria_scale_1000000 [--queries 200] [--limit 50]
+
+On a database `scale.py` built (and `memoria-pg db vector-indexes` indexed), for each of the scale
+benchmark's queries (their HashEmbedder vectors) and each shard a query of its kind reads (its typed
+shard, and the whole table), three statements in the tenant's transaction, in turn (the order rotates
+per query): the exact search (sql/workers/vector_exact), the HNSW statement as the library runs it
+(sql/workers/vector: the tenant as a value, so the planner takes the tenant's own index when it has
+one), and the same statement with the tenant read from memoria.tenant (no index predicate is provable:
+the shared index, as before per-tenant indexes). Reported per form: p50/p95 of the statement's
+wall time, the server CPU per statement (/proc/<pid>/schedstat of the backend), and recall@10 and
+@limit of the ids against the exact search's. Writes results/scale/<timestamp>-vector-indexes.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import corpus
+import library
+import psycopg
+from pgvector.psycopg import register_vector
+
+from memoria_pg.core.types import Shard
+from memoria_pg.db import load_sql
+from memoria_pg.query.shards import ALL
+from memoria_pg.query.workers.base import shard_sql
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ("m.tenant = %(tenant)s::text", "m.tenant = current_setting('memoria.tenant')")
+
+
+def cpu_ns(pid: int) -> int:
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--db", required=True)
+    p.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:55432/postgres")
+    p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--ef-search", type=int, default=100)
+    p.add_argument("--out", default=str(ROOT / "results" / "scale"))
+    args = p.parse_args()
+    dsn = psycopg.conninfo.make_conninfo(args.dsn, dbname=args.db)
+    queries = corpus.queries(args.queries, seed=7, n_tenants=10, world=corpus.universe(7, 10))
+    embed = library.hash_embed()
+    forms = {
+        "exact": lambda shard: shard_sql("workers/vector_exact", shard),
+        "hnsw, own index": lambda shard: shard_sql("workers/vector", shard),
+        "hnsw, shared index": lambda shard: shard_sql("workers/vector", shard).replace(*SHARED),
+    }
+    assert load_sql("workers/vector").count(SHARED[0]) == 1
+    times: dict[str, list[float]] = {f: [] for f in forms}
+    cpu: dict[str, list[float]] = {f: [] for f in forms}
+    recall10: dict[str, list[float]] = {f: [] for f in forms}
+    recall_n: dict[str, list[float]] = {f: [] for f in forms}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        register_vector(conn)
+        pid = conn.info.backend_pid
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(args.ef_search),))
+        conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false)")
+        conn.execute("SELECT set_config('plan_cache_mode', 'force_custom_plan', false)")
+        own = conn.execute("SELECT count(*) FROM memoria.vector_indexes").fetchone()[0]
+        loads = [os.getloadavg()[0]]
+        for i, q in enumerate(queries):
+            vector = embed(q.text)
+            for shard in [getattr(q, "memory_type", None) or "episodic", None]:
+                params = {"embedding": vector, "memory_type": shard, "limit": args.limit, "tenant": q.tenant}
+                order = list(forms)[i % 3 :] + list(forms)[: i % 3]
+                found = {}
+                for form in order:
+                    text = forms[form](ALL if shard is None else Shard(shard))
+                    with conn.transaction():
+                        conn.execute("SELECT set_config('memoria.tenant', %s, true)", (q.tenant,))
+                        c0, t0 = cpu_ns(pid), time.perf_counter()
+                        found[form] = [r[0] for r in conn.execute(text, params).fetchall()]
+                        times[form].append((time.perf_counter() - t0) * 1000)
+                        cpu[form].append((cpu_ns(pid) - c0) / 1e6)
+                exact = found["exact"]
+                for form, ids in found.items():
+                    recall10[form].append(len(set(ids[:10]) & set(exact[:10])) / max(1, len(exact[:10])))
+                    recall_n[form].append(len(set(ids) & set(exact)) / max(1, len(exact)))
+            if i % 50 == 0:
+                loads.append(os.getloadavg()[0])
+        n_rows = conn.execute("SELECT count(*) FROM memoria.memories").fetchone()[0]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
+    lines = [
+        f"# The vector worker's HNSW on the tenant's own index vs the shared one ({dt.datetime.now():%Y-%m-%d %H:%M})",
+        "",
+        f"Database `{args.db}` ({n_rows:,} memories, {own} per-tenant indexes), commit {commit.strip()}, "
+        f"{len(queries)} queries x 2 shards (the query's typed shard or episodic, and the whole table), "
+        f"limit {args.limit}, ef_search {args.ef_search}, the three forms in rotating order per query; "
+        f"1-minute load {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs. Vectors: HashEmbedder "
+        "(synthetic), queries and memories alike.",
+        "",
+        "| form | p50 ms | p95 ms | server CPU ms p50 | recall@10 vs exact | recall@limit vs exact |",
+        "|---|---|---|---|---|---|",
+    ]
+    for form in forms:
+        t = sorted(times[form])
+        lines.append(
+            f"| {form} | {statistics.median(t):.2f} | {t[int(0.95 * (len(t) - 1))]:.2f} | "
+            f"{statistics.median(cpu[form]):.2f} | {statistics.mean(recall10[form]):.3f} | "
+            f"{statistics.mean(recall_n[form]):.3f} |"
+        )
+    report = "\n".join(lines) + "\n"
+    print(report)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{dt.datetime.now():%Y%m%dT%H%M%S}-{args.db}-vector-indexes.md").write_text(report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
