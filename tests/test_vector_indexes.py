@@ -193,3 +193,17 @@ def test_0015_both_ways_under_data(big, dsn):
     migrate.upgrade(dsn)
     assert recorded(dsn) == {}
     assert [a.action for a in vector_indexes.sync(dsn, BOUND)] == ["build", "build"]
+
+
+def test_memoria_pg_ingest_gives_the_grown_tenant_its_index(dsn, tmp_path):
+    path = tmp_path / "m.jsonl"
+    rows = [{"content": f"note {i} on the harbour", "tenant": "port"} for i in range(BOUND + 3)]
+    rows += [{"content": f"note {i} on the hill", "tenant": "hill"} for i in range(3)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    env = {"MEMORIA_DSN": None, "MEMORIA_DATA_DIR": None, "MEMORIA_VECTOR_EXACT_MAX_ROWS": str(BOUND)}
+    done = CliRunner().invoke(cli, ["--dsn", dsn, "ingest", str(path)], env=env)
+    assert done.exit_code == 0, done.output
+    assert f"build the vector index of tenant 'port', general ({BOUND + 3} memories)" in done.stderr
+    assert set(recorded(dsn)) == {("port", "general")}
+    skipped = CliRunner().invoke(cli, ["--dsn", dsn, "ingest", "--no-vector-indexes", str(path)], env=env)
+    assert skipped.exit_code == 0 and "vector index" not in skipped.stderr
