@@ -130,6 +130,32 @@ def test_the_hnsw_statement_searches_the_tenants_own_index(big, dsn, tenant):
     assert {h.memory_id for h in hits} == {h.memory_id for h in exact}
 
 
+def test_a_large_tenants_whole_table_is_searched_type_by_type(big, dsn):
+    """Above its exact budget, the whole table is one search per type the tenant has: HNSW on the
+    tenant's own index where the type is large, exact where it is small; merged, the nearest limit."""
+    big.sync_vector_indexes()
+    query = unit(1, 11)[0]
+    ctx = WorkerContext(
+        query=ProcessedQuery(text="point", normalized="point", tokens=tokenize("point"), tenant="big"),
+        embedding=query,
+        shards=(ALL,),
+        limit=10,
+        graph_limit=10,
+        graph_depth=1,
+        config=big.config.replace(vector_exact_max_rows=15),  # general 30 > 15, fact 5; 35 > 2 x 15
+    )
+    worker = VectorWorker()
+    with big.db.transaction("big") as conn:
+        ((fact, general),) = worker.groups(conn, ctx)  # the types in order
+        assert (fact[1]["memory_type"], general[1]["memory_type"]) == ("fact", "general")
+        assert "cosine_distance" in fact[0] and "<=>" in general[0]  # fact exact, general HNSW
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (COSTS OFF) " + general[0], general[1]))
+        assert f"Index Scan using {vector_indexes.index_name('big', 'general')}" in plan, plan
+        hits = worker.run(conn, ctx)
+        exact = worker.run(conn, dataclasses.replace(ctx, config=big.config.replace(vector_exact_max_rows=10**6)))
+    assert len(hits) == 10 and [h.memory_id for h in hits] == [h.memory_id for h in exact]
+
+
 def test_an_index_whose_tenant_shrank_is_dropped_and_an_unusable_one_rebuilt(big, dsn):
     big.sync_vector_indexes()
     name = vector_indexes.index_name("big", "general")

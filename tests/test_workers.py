@@ -139,27 +139,31 @@ def test_vector_searches_small_tenants_exactly_and_large_ones_with_hnsw(system, 
         config=system.config,
     )
 
-    def chosen(per_type: int) -> list[str]:
-        """Each shard's form, from its statement: sql/workers/vector_exact or vector, its shard filter
-        written for that shard (shard_sql)."""
+    def chosen(per_type: int) -> list:
+        """Each shard's form, from its statements: sql/workers/vector_exact or vector, its shard filter
+        written for the shard it reads (shard_sql); a shard of several statements, a tuple of them."""
         with system.db.transaction("t") as conn:  # tenant t: 20 general, 5 fact, 0 episodic memories
-            statements = VectorWorker().statements_for(
+            groups = VectorWorker().groups(
                 conn, dataclasses.replace(ctx, config=system.config.replace(vector_exact_max_rows=per_type))
             )
         forms = {
-            (shard_sql(f"workers/{name}", shard), i): name
+            shard_sql(f"workers/{name}", Shard(memory_type)): name
             for name in ("vector_exact", "vector")
-            for i, shard in enumerate(ctx.shards)
+            for memory_type in (None, "fact", "general", "episodic")
         }
-        return [
-            forms[(text, i)].replace("vector_exact", "exact").replace("vector", "hnsw")
-            for i, (text, _) in enumerate(statements)
-        ]
+
+        def form(text: str, params: dict) -> str:
+            name = forms[text]
+            assert text == shard_sql(f"workers/{name}", Shard(params["memory_type"]))
+            return name.replace("vector_exact", "exact").replace("vector", "hnsw")
+
+        return [form(*group[0]) if len(group) == 1 else tuple(form(*s) for s in group) for group in groups]
 
     exact, hnsw = "exact", "hnsw"
-    # The whole table holds 25 memories of the tenant in 2 types: exact up to 2 x the per-type budget.
+    # The whole table holds 25 memories of the tenant in 2 types: exact up to 2 x the per-type budget;
+    # above it, one statement per type the tenant has, each as that typed shard chooses.
     assert chosen(13) == [exact, exact, hnsw, exact]
-    assert chosen(12) == [hnsw, exact, hnsw, exact]
+    assert chosen(12) == [(exact, hnsw), exact, hnsw, exact]
     assert chosen(20) == [exact, exact, exact, exact]
     assert chosen(0) == [hnsw, hnsw, hnsw, hnsw]
 
