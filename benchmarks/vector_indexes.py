@@ -8,10 +8,12 @@ benchmark's queries (their HashEmbedder vectors) and each shard a query of its k
 shard, and the whole table), three statements in the tenant's transaction, in turn (the order rotates
 per query): the exact search (sql/workers/vector_exact), the HNSW statement as the library runs it
 (sql/workers/vector: the tenant as a value, so the planner takes the tenant's own index when it has
-one), and the same statement with the tenant read from memoria.tenant (no index predicate is provable:
-the shared index, as before per-tenant indexes). Reported per form: p50/p95 of the statement's
-wall time, the server CPU per statement (/proc/<pid>/schedstat of the backend), and recall@10 and
-@limit against the exact search, by distance (distance_recall). Writes results/scale/<timestamp>-vector-indexes.md.
+one; for the whole table, one statement per type the tenant has, each exact or HNSW as
+VectorWorker.groups chooses), and the one HNSW statement with the tenant read from memoria.tenant (no
+index predicate is provable: the shared index, as the worker ran before per-tenant indexes). Reported
+per form: p50/p95 of the statement's wall time, the server CPU per statement (/proc/<pid>/schedstat of the backend), and recall@10 and
+@limit against the exact search, by distance (distance_recall). Writes
+results/scale/<timestamp>-vector-indexes.md.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ import library
 import psycopg
 from pgvector.psycopg import register_vector
 
+from memoria_pg.config import Config
 from memoria_pg.core.types import Shard
 from memoria_pg.db import load_sql
 from memoria_pg.query.shards import ALL
 from memoria_pg.query.workers.base import shard_sql
+from memoria_pg.query.workers.vector import exact as searched_exactly
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ("m.tenant = %(tenant)s::text", "m.tenant = current_setting('memoria.tenant')")
@@ -66,10 +70,29 @@ def main() -> int:
     dsn = psycopg.conninfo.make_conninfo(args.dsn, dbname=args.db)
     queries = corpus.queries(args.queries, seed=7, n_tenants=10, world=corpus.universe(7, 10))
     embed = library.hash_embed()
+    bound = Config().vector_exact_max_rows
+
+    def library_form(shard: Shard, rows: dict[str, int]) -> list[tuple[str, Shard]]:
+        """VectorWorker.groups' statements for the shard, with the HNSW form wherever it chooses it."""
+        if shard.memory_type is not None:
+            return [(shard_sql("workers/vector", shard), shard)]
+        return [
+            (
+                shard_sql(
+                    "workers/vector_exact" if searched_exactly(rows, Shard(t), bound) else "workers/vector", Shard(t)
+                ),
+                Shard(t),
+            )
+            for t in sorted(rows)
+            if rows[t] > 0
+        ]
+
     forms = {
-        "exact": lambda shard: shard_sql("workers/vector_exact", shard),
-        "hnsw, own index": lambda shard: shard_sql("workers/vector", shard),
-        "hnsw, shared index": lambda shard: shard_sql("workers/vector", shard).replace(*SHARED),
+        "exact": lambda shard, rows: [(shard_sql("workers/vector_exact", shard), shard)],
+        "hnsw, own index (as the library runs it)": library_form,
+        "hnsw, shared index (one statement, as before)": lambda shard, rows: [
+            (shard_sql("workers/vector", shard).replace(*SHARED), shard)
+        ],
     }
     assert load_sql("workers/vector").count(SHARED[0]) == 1
     times: dict[str, list[float]] = {f: [] for f in forms}
@@ -83,6 +106,9 @@ def main() -> int:
         conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false)")
         conn.execute("SELECT set_config('plan_cache_mode', 'force_custom_plan', false)")
         own = conn.execute("SELECT count(*) FROM memoria.vector_indexes").fetchone()[0]
+        sizes: dict[str, dict[str, int]] = {}
+        for tenant, memory_type, n in conn.execute("SELECT tenant, memory_type, n_docs FROM memoria.bm25_docs"):
+            sizes.setdefault(tenant, {})[memory_type] = int(n)
         loads = [os.getloadavg()[0]]
         for i, q in enumerate(queries):
             vector = embed(q.text)
@@ -91,11 +117,16 @@ def main() -> int:
                 order = list(forms)[i % 3 :] + list(forms)[: i % 3]
                 found = {}
                 for form in order:
-                    text = forms[form](ALL if shard is None else Shard(shard))
+                    statements = forms[form](ALL if shard is None else Shard(shard), sizes[q.tenant])
                     with conn.transaction():
                         conn.execute("SELECT set_config('memoria.tenant', %s, true)", (q.tenant,))
                         c0, t0 = cpu_ns(pid), time.perf_counter()
-                        found[form] = [(r[0], float(r[2])) for r in conn.execute(text, params).fetchall()]
+                        hits = [
+                            (r[0], float(r[2]))
+                            for text, part in statements
+                            for r in conn.execute(text, {**params, "memory_type": part.memory_type}).fetchall()
+                        ]
+                        found[form] = sorted(hits, key=lambda h: (h[1], h[0]))[: args.limit]
                         times[form].append((time.perf_counter() - t0) * 1000)
                         cpu[form].append((cpu_ns(pid) - c0) / 1e6)
                 exact = found["exact"]
