@@ -28,6 +28,7 @@ import numpy as np
 
 from .config import Config
 from .core.types import ForgetResult, HistoryEvent, Memory, MemoryRecord, StoreResult
+from .db import vector_indexes
 from .query import QueryResponse
 from .system import MemorySystem
 
@@ -146,6 +147,13 @@ class AsyncMemorySystem:
     # -- administration --------------------------------------------------------------------------
     async def add_memory_type(self, name: str) -> bool:
         return await self.run(lambda s: s.add_memory_type(name))
+
+    async def sync_vector_indexes(
+        self, tenants: Sequence[str] | None = None, *, dry_run: bool = False
+    ) -> list[vector_indexes.Action]:
+        """MemorySystem.sync_vector_indexes, in a thread of its own: an index build takes seconds to
+        minutes and holds none of the pool's connections nor a slot of max_concurrency."""
+        return await asyncio.to_thread(lambda: self.system.sync_vector_indexes(tenants, dry_run=dry_run))
 
     async def clear_access_statistics(self, tenant: str) -> int:
         return await self.run(lambda s: s.clear_access_statistics(tenant))

@@ -233,3 +233,19 @@ def test_memoria_pg_ingest_gives_the_grown_tenant_its_index(dsn, tmp_path):
     assert set(recorded(dsn)) == {("port", "general")}
     skipped = CliRunner().invoke(cli, ["--dsn", dsn, "ingest", "--no-vector-indexes", str(path)], env=env)
     assert skipped.exit_code == 0 and "vector index" not in skipped.stderr
+
+
+def test_the_async_api_syncs_too(big, dsn):
+    import asyncio
+
+    from memoria_pg import AsyncMemorySystem
+
+    async def main():
+        memory = AsyncMemorySystem(big, owns_system=False)
+        dry = await memory.sync_vector_indexes(["big"], dry_run=True)
+        done = await memory.sync_vector_indexes(["big"])
+        return dry, done
+
+    dry, done = asyncio.run(main())
+    assert [(a.tenant, a.action, a.seconds) for a in dry] == [("big", "build", None)]
+    assert [(a.tenant, a.action) for a in done] == [("big", "build")] and set(recorded(dsn)) == {("big", "general")}
