@@ -249,3 +249,25 @@ def test_the_async_api_syncs_too(big, dsn):
     dry, done = asyncio.run(main())
     assert [(a.tenant, a.action, a.seconds) for a in dry] == [("big", "build", None)]
     assert [(a.tenant, a.action) for a in done] == [("big", "build")] and set(recorded(dsn)) == {("big", "general")}
+
+
+def test_the_server_keeps_them_by_itself(big, dsn):
+    """`memoria-pg serve` syncs at start-up and every MEMORIA_SERVE_VECTOR_INDEX_SYNC_SECONDS."""
+    import time
+
+    from tests.service_live import live_server
+
+    env = {"MEMORIA_VECTOR_EXACT_MAX_ROWS": str(BOUND), "MEMORIA_SERVE_VECTOR_INDEX_SYNC_SECONDS": "0.5"}
+
+    def wait_for(keys: set[tuple[str, str]]) -> None:
+        deadline = time.monotonic() + 60
+        while set(recorded(dsn)) != keys and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert set(recorded(dsn)) == keys
+
+    with live_server(dsn, env=env):
+        wait_for({("big", "general"), (ODD, "general")})  # at start-up
+        big.store_many(
+            [{"content": f"late {i}", "tenant": "late", "embedding": v} for i, v in enumerate(unit(BOUND + 1, 5))]
+        )
+        wait_for({("big", "general"), (ODD, "general"), ("late", "general")})  # a later round

@@ -22,6 +22,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import AsyncMemorySystem, Config, Embedder, __version__
+from ..errors import ServerError
 from . import health, lifecycle, memories, problems, search
 from .auth import Authenticator, RequireTenant
 from .keys import KeyCache
@@ -113,8 +114,10 @@ async def _opened(state: ServiceState, embedder: Embedder | None) -> AsyncIterat
     try:
         await _check_bind(state.authenticator, settings)
         loading = asyncio.create_task(_load_model(state, memory))
+        syncing = asyncio.create_task(_sync_vector_indexes(memory, settings.vector_index_sync_seconds))
         yield
         loading.cancel()
+        syncing.cancel()
     finally:
         if opened_here:
             await memory.close()
@@ -144,6 +147,30 @@ async def _load_model(state: ServiceState, memory: AsyncMemorySystem) -> None:
         log.error("the embedding model failed to load: %s", exc)
     else:
         state.model = "loaded"
+
+
+async def _sync_vector_indexes(memory: AsyncMemorySystem, every_seconds: float) -> None:
+    """`memoria-pg db vector-indexes` at start-up and every `every_seconds` (0: never), so that a tenant
+    grown past vector_exact_max_rows gets its own HNSW index without an administrator. Another sync
+    running (a second worker process, an administrator's) skips a round; a DSN that may not build
+    indexes (not the tables' owner) stops it, with one warning."""
+    if every_seconds <= 0 or memory.system.config.vector_exact_max_rows <= 0:
+        return
+    while True:
+        try:
+            for a in await memory.sync_vector_indexes():
+                if a.action != "keep":
+                    log.info(
+                        "%s the vector index of tenant %r, %s (%d memories)", a.action, a.tenant, a.memory_type, a.rows
+                    )
+        except ServerError as exc:
+            if "another `memoria-pg db vector-indexes`" not in str(exc):
+                log.warning("per-tenant vector indexes are not kept by this server: %s", exc)
+                return
+        except Exception:  # a bug: said once, and the server goes on without the sync
+            log.exception("per-tenant vector indexes are not kept by this server")
+            return
+        await asyncio.sleep(every_seconds)
 
 
 def _transport_security(settings: ServiceSettings) -> TransportSecuritySettings | None:

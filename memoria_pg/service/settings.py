@@ -28,6 +28,9 @@ class ServiceSettings:
     max_batch: int = 1_000  # memories in one POST /v1/memories
     key_cache_seconds: float = 5.0  # a key checked within this many seconds is not looked up again (0: always)
     max_concurrency: int = 0  # calls on the library at once (AsyncMemorySystem threads); 0: pool_max_size
+    # Every this many seconds, give each tenant grown past vector_exact_max_rows memories of a type its
+    # own HNSW index (`memoria-pg db vector-indexes`, built concurrently; first run at start-up). 0: never.
+    vector_index_sync_seconds: float = 3600.0
     access_log: bool = True  # uvicorn's access log: method, path and status, never headers
     log_level: str = "info"
 
@@ -35,8 +38,8 @@ class ServiceSettings:
         for name in ("port", "workers", "max_body_bytes", "max_batch"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be positive, got {getattr(self, name)}")
-        if self.key_cache_seconds < 0 or self.max_concurrency < 0:
-            raise ConfigError("key_cache_seconds and max_concurrency must not be negative")
+        if self.key_cache_seconds < 0 or self.max_concurrency < 0 or self.vector_index_sync_seconds < 0:
+            raise ConfigError("key_cache_seconds, max_concurrency and vector_index_sync_seconds must not be negative")
 
     @property
     def loopback(self) -> bool:
