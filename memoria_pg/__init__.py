@@ -33,6 +33,7 @@ from .errors import (
     QueryTimeout,
     SchemaError,
     ServerError,
+    SyncRunning,
 )
 from .plugins import PluginRegistry
 from .query import QueryPipeline, QueryRequest, QueryResponse, Retrieval
@@ -86,6 +87,7 @@ __all__ = [
     "ServerError",
     "SourceHit",
     "StoreResult",
+    "SyncRunning",
     "Validity",
     "Worker",
     "WorkerContext",

@@ -34,5 +34,9 @@ class QueryTimeout(ServerError):
     own statements was cancelled by the server, or waited for a connection, past what remained."""
 
 
+class SyncRunning(ServerError):
+    """Another `memoria-pg db vector-indexes` holds the database's lock: this sync changed nothing."""
+
+
 class NotFound(MemoriaError, LookupError):
     """No memory of the tenant has that id (another tenant's memory is missing, not forbidden)."""

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 import psycopg
 from psycopg import sql
 
-from ..errors import ServerError
+from ..errors import ServerError, SyncRunning
 from .database import connect
 
 PREFIX = "memories_vec_"
@@ -126,7 +126,7 @@ def sync(
         )
     with connect(dsn, autocommit=True) as conn:
         if not dry_run and not conn.execute(_LOCK).fetchone()[0]:  # type: ignore[index]
-            raise ServerError(
+            raise SyncRunning(
                 "another `memoria-pg db vector-indexes` is running on this database: try again when it ends"
             )
         try:

@@ -22,7 +22,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import AsyncMemorySystem, Config, Embedder, __version__
-from ..errors import ServerError
+from ..errors import ServerError, SyncRunning
 from . import health, lifecycle, memories, problems, search
 from .auth import Authenticator, RequireTenant
 from .keys import KeyCache
@@ -163,10 +163,11 @@ async def _sync_vector_indexes(memory: AsyncMemorySystem, every_seconds: float) 
                     log.info(
                         "%s the vector index of tenant %r, %s (%d memories)", a.action, a.tenant, a.memory_type, a.rows
                     )
+        except SyncRunning:
+            pass  # another process's round: this one skips it
         except ServerError as exc:
-            if "another `memoria-pg db vector-indexes`" not in str(exc):
-                log.warning("per-tenant vector indexes are not kept by this server: %s", exc)
-                return
+            log.warning("per-tenant vector indexes are not kept by this server: %s", exc)
+            return
         except Exception:  # a bug: said once, and the server goes on without the sync
             log.exception("per-tenant vector indexes are not kept by this server")
             return
