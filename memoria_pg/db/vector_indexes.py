@@ -133,6 +133,8 @@ def sync(
             actions = plan(conn, min_rows, tenants)
             if dry_run:
                 return actions
+            if any(a.action == "build" for a in actions):
+                _enough_memory_to_build(conn)
             done = []
             for action in actions:
                 if action.action != "keep":
@@ -153,9 +155,6 @@ def _build(conn: psycopg.Connection, action: Action) -> None:
     index = sql.Identifier("memoria", action.index_name)
     # an invalid leftover of a failed concurrent build (or a recorded index gone bad) goes first
     conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(index))
-    mem_mb = int(conn.execute("SELECT pg_size_bytes(current_setting('maintenance_work_mem')) / 1048576").fetchone()[0])  # type: ignore[index]
-    if mem_mb < BUILD_MAINTENANCE_WORK_MEM_MB:
-        conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (f"{BUILD_MAINTENANCE_WORK_MEM_MB}MB",))
     conn.execute(
         sql.SQL(
             "CREATE INDEX CONCURRENTLY {name} ON {partition} USING hnsw (embedding vector_cosine_ops)"
@@ -168,6 +167,13 @@ def _build(conn: psycopg.Connection, action: Action) -> None:
     )
     key = {"tenant": action.tenant, "memory_type": action.memory_type}
     conn.execute(_RECORD, {**key, "index_name": action.index_name, "rows": action.rows})
+
+
+def _enough_memory_to_build(conn: psycopg.Connection) -> None:
+    """maintenance_work_mem of this session raised to BUILD_MAINTENANCE_WORK_MEM_MB, if lower."""
+    mem_mb = int(conn.execute("SELECT pg_size_bytes(current_setting('maintenance_work_mem')) / 1048576").fetchone()[0])  # type: ignore[index]
+    if mem_mb < BUILD_MAINTENANCE_WORK_MEM_MB:
+        conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (f"{BUILD_MAINTENANCE_WORK_MEM_MB}MB",))
 
 
 def _drop(conn: psycopg.Connection, action: Action) -> None:
