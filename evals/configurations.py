@@ -32,7 +32,7 @@ SQL_CONFIGURATIONS: tuple[Configuration, ...] = (
     Configuration("vector", "V4, vector worker only, retrieval-only", workers=("vector",)),
     Configuration(
         "vector_hnsw",
-        "V4, vector worker only, HNSW forced (vector_exact_max_rows=0): the HNSW recall check",
+        "V4, vector worker only, HNSW forced (vector_exact_max_rows=0, every tenant its own index): the HNSW recall check",
         workers=("vector",),
         overrides={"vector_exact_max_rows": 0},
     ),

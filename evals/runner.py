@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from memoria_pg import Config, InputError, MemoryRecord, MemorySystem, embed_memories, normalize
+from memoria_pg.db import vector_indexes
 from memoria_pg.query.workers.registry import DEFAULT_WORKERS, NO_SHIFT
 
 from . import beir, locomo, longmemeval
@@ -298,6 +299,12 @@ def ingest(system, dataset: Dataset, doc_vectors: Mapping[tuple[str, str], np.nd
     t0 = time.perf_counter()
     result = system.store_many(records)
     log(f"   stored {result.inserted} memories ({result.duplicates} duplicates) in {time.perf_counter() - t0:.1f} s")
+    if system.config.vector_exact_max_rows > 0:
+        # as `memoria-pg ingest` (and the server) do: a tenant above the exact bound gets its own HNSW
+        # index, the only one its vector search can use (no shared index since migration 0016)
+        built = [a for a in system.sync_vector_indexes() if a.action == "build"]
+        if built:
+            log(f"   built {len(built)} per-tenant vector indexes")
 
 
 def _run_sql(
@@ -325,6 +332,9 @@ def _run_sql(
                 target = stack.enter_context(
                     _system(config.replace(**overrides), cache, ranking_error, migrate=False, registry=registry)
                 )
+            if overrides.get("vector_exact_max_rows") == 0:
+                # HNSW forced: every (tenant, type) gets the HNSW index of its own the search needs
+                vector_indexes.sync(system.dsn, 1)
             reset_access_counts(target, dataset.tenants)
             run, stats = run_queries(target, conf, dataset, query_vectors, depth)
     except Unavailable as exc:

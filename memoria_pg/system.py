@@ -87,7 +87,11 @@ class MemorySystem:
         if auto_migrate if auto_migrate is not None else cfg.dsn is None:
             from .db import migrate
 
+            before = migrate.current(dsn)
             migrate.upgrade(dsn, memory_types=cfg.memory_types, use_age=cfg.use_age)
+            if before is not None and before < vector_indexes.SHARED_HNSW_DROPPED and cfg.vector_exact_max_rows > 0:
+                # the shards' shared HNSW index is gone (0016): large tenants get their own now
+                vector_indexes.sync(dsn, cfg.vector_exact_max_rows)
         return dsn
 
     def _read_router(self) -> ReadRouter:

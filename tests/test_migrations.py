@@ -261,18 +261,22 @@ def test_memories_is_list_partitioned_with_a_default_partition(dsn):
     assert partitions(dsn, "memoria.memories") == expected
 
 
-def test_every_partition_has_hnsw_and_fulltext_indexes(dsn):
+def test_every_partition_has_the_covering_and_fulltext_indexes_and_no_shared_hnsw(dsn):
+    # 0016 dropped the shards' shared HNSW index: only per-tenant ones (db/vector_indexes.py) remain
     for partition in partitions(dsn, "memoria.memories"):
         methods = index_methods(dsn, f"memoria.{partition}")
-        assert "hnsw" in methods.values(), partition
+        assert "hnsw" not in methods.values(), partition
         assert "gin" in methods.values(), partition
     with psycopg.connect(dsn) as conn:
-        definition = conn.execute(
-            "SELECT pg_get_indexdef(x.indexrelid) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
-            "JOIN pg_am a ON a.oid = i.relam WHERE x.indrelid = 'memoria.memories_general'::regclass "
-            "AND a.amname = 'hnsw'"
-        ).fetchone()[0]
-    assert "vector_cosine_ops" in definition
+        definitions = [
+            r[0]
+            for r in conn.execute(
+                "SELECT pg_get_indexdef(x.indexrelid) FROM pg_index x "
+                "WHERE x.indrelid = 'memoria.memories_general'::regclass"
+            )
+        ]
+    # the exact search's covering index (0004): the tenant's vectors by an index-only scan
+    assert any("(tenant)" in d and "INCLUDE" in d and "embedding" in d for d in definitions), definitions
 
 
 def test_add_memory_type_creates_shard_and_moves_default_rows(dsn):
@@ -294,7 +298,8 @@ def test_add_memory_type_creates_shard_and_moves_default_rows(dsn):
 
     assert "memories_recipe" in partitions(dsn, "memoria.memories")
     assert "memory_terms_recipe" in partitions(dsn, "memoria.memory_terms")
-    assert {"hnsw", "gin"} <= set(index_methods(dsn, "memoria.memories_recipe").values())
+    methods = set(index_methods(dsn, "memoria.memories_recipe").values())
+    assert "gin" in methods and "hnsw" not in methods
     assert index_methods(dsn, "memoria.memory_terms_recipe")
     assert scalar(dsn, "SELECT count(*) FROM memoria.memories_default") == 0
     assert scalar(dsn, "SELECT count(*) FROM memoria.memory_terms_default") == 0

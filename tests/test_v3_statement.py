@@ -152,25 +152,29 @@ def test_the_entity_lookup_rides_in_the_statement_and_falls_back_without_candida
 
 # 40 memories over 3 types: 14 per type (42) allows the exact search, 13 (39) does not.
 @pytest.mark.parametrize(
-    "exact_max_rows", [10_000, 14, 13, 0], ids=["exact", "exact at the bound", "HNSW past it", "HNSW"]
+    "exact_max_rows", [10_000, 14, 13, 0], ids=["exact", "exact at the bound", "worker past it", "worker"]
 )
-def test_only_the_chosen_search_runs_as_the_vector_worker_chooses(stored, exact_max_rows):
+def test_the_statement_searches_exactly_within_the_bound_and_the_worker_above(stored, monkeypatch, exact_max_rows):
     system, ids, rng = stored(vector_exact_max_rows=exact_max_rows)
+    vector = unit(rng, 1)[0]
     text, params = v3_statement(
-        unit(rng, 1)[0], DEFAULT_WORKERS, limit=50, exact_max_rows=exact_max_rows, cap=200, rrf_k=60, depth=20
+        vector, DEFAULT_WORKERS, limit=50, exact_max_rows=exact_max_rows, cap=200, rrf_k=60, depth=20
     )
     with system.db.transaction("t") as conn:
         plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + text, params).fetchall())
+        rows = conn.execute(text, params).fetchall()
         # The statement's rule (sql/v3_search.sql, in SQL) is VectorWorker's (in Python) for the whole table.
         chosen_exact = exact_max_rows > 0 and exact(tenant_rows(conn), ALL, exact_max_rows)
     assert chosen_exact == (exact_max_rows in (10_000, 14))
-    # sql/v3_search.sql: the exact form is the subquery `e`, the HNSW form reads workers/vector's CTE
-    # `nearest`, each under a one-time filter.
+    # sql/v3_search.sql: the exact form is the subquery `e`, under a one-time filter; no HNSW form.
     exact_scan = next(line for line in plan.splitlines() if "Subquery Scan on e " in line)
-    hnsw_scan = next(line for line in plan.splitlines() if "CTE Scan on nearest" in line)
-    ran, idle = (exact_scan, hnsw_scan) if chosen_exact else (hnsw_scan, exact_scan)
-    assert "never executed" in idle and "never executed" not in ran
-    assert ("cosine_distance" in plan) and ("<=>" in plan)  # both forms are in the statement
+    assert ("never executed" in exact_scan) != chosen_exact
+    assert "cosine_distance" in plan and "<=>" not in plan
+    assert len(rows) == (40 if chosen_exact else 0)  # every memory of t, none of u
+    # Above the bound the statement answers nothing and the query runs the vector worker: the same
+    # answer as the two-statement path, every memory of t a hit.
+    one, two = both_paths(system, monkeypatch, vector)
+    assert one == two and one[2] == {"vector": 40} and one[3] == 40
 
 
 def test_the_search_parameters_are_not_the_final_ctes():

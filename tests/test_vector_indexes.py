@@ -1,7 +1,7 @@
 """Per-tenant HNSW indexes (memoria_pg/db/vector_indexes.py, migration 0015): which tenants get one,
 that the vector worker's HNSW statement searches it (and finds what the exact search finds), that the
-tenant's name goes into the index predicate safely, drops, rebuilds, the lock, the CLI, and 0015 both
-ways under data."""
+tenant's name goes into the index predicate safely, drops, rebuilds, the lock, the CLI, 0015 and 0016
+(no shared HNSW index) both ways under data, and the sync after an upgrade across 0016."""
 
 from __future__ import annotations
 
@@ -115,9 +115,11 @@ def hnsw_plan_and_hits(system: MemorySystem, tenant: str, query: np.ndarray, sha
 @pytest.mark.parametrize("tenant", ["big", ODD])
 def test_the_hnsw_statement_searches_the_tenants_own_index(big, dsn, tenant):
     query = unit(1, 9)[0]
-    before, _, _ = hnsw_plan_and_hits(big, tenant, query, Shard("general"))
+    before, hits, exact = hnsw_plan_and_hits(big, tenant, query, Shard("general"))
     own = vector_indexes.index_name(tenant, "general")
-    assert own not in before
+    # no index of its own yet, and no shared one (0016): the HNSW statement is an exact search
+    assert own not in before and "hnsw" not in before.lower()
+    assert [(h.memory_id, round(h.score, 5)) for h in hits] == [(h.memory_id, round(h.score, 5)) for h in exact]
     big.sync_vector_indexes()
     for shard in (Shard("general"), ALL):
         plan, hits, exact = hnsw_plan_and_hits(big, tenant, query, shard)
@@ -271,3 +273,79 @@ def test_the_server_keeps_them_by_itself(big, dsn):
             [{"content": f"late {i}", "tenant": "late", "embedding": v} for i, v in enumerate(unit(BOUND + 1, 5))]
         )
         wait_for({("big", "general"), (ODD, "general"), ("late", "general")})  # a later round
+
+
+def shared_hnsw(dsn: str) -> list[str]:
+    """The partitions that have the shards' shared HNSW index (0001, dropped by 0016)."""
+    with psycopg.connect(dsn) as conn:
+        return [
+            r[0]
+            for r in conn.execute(
+                "SELECT c.relname FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid "
+                "JOIN pg_index x ON x.indrelid = c.oid JOIN pg_class i ON i.oid = x.indexrelid "
+                "JOIN pg_am a ON a.oid = i.relam "
+                "WHERE h.inhparent = 'memoria.memories'::regclass AND a.amname = 'hnsw' AND x.indpred IS NULL "
+                "ORDER BY 1"
+            )
+        ]
+
+
+def test_0016_drops_the_shared_index_both_ways_under_data(big, dsn):
+    big.sync_vector_indexes()
+    names = recorded(dsn)
+    query = unit(1, 9)[0]
+    _, before, _ = hnsw_plan_and_hits(big, "big", query, Shard("general"))
+    big.close()
+    assert shared_hnsw(dsn) == []
+    migrate.downgrade(dsn, "0015")
+    partitions = shared_hnsw(dsn)
+    assert "memories_general" in partitions and "memories_default" in partitions  # every shard's again
+    assert all(index_of(dsn, name) is not None for name in names.values())  # the tenants' own stay
+    migrate.upgrade(dsn)
+    assert shared_hnsw(dsn) == [] and recorded(dsn) == names
+    with MemorySystem(big.config, embedder=HashEmbedder(), auto_migrate=False) as system:
+        plan, after, _ = hnsw_plan_and_hits(system, "big", query, Shard("general"))
+    assert names[("big", "general")] in plan
+    assert [h.memory_id for h in after] == [h.memory_id for h in before]
+
+
+def test_db_upgrade_and_auto_migrate_give_large_tenants_their_index(big, dsn):
+    """Across 0016 no index serves a large tenant's HNSW search but its own: `memoria-pg db upgrade`
+    and MemorySystem's auto_migrate build them right after migrating."""
+    big.close()
+    migrate.downgrade(dsn, "0015")
+    env = {"MEMORIA_DSN": None, "MEMORIA_DATA_DIR": None, "MEMORIA_VECTOR_EXACT_MAX_ROWS": str(BOUND)}
+    skipped = CliRunner().invoke(cli, ["--dsn", dsn, "db", "upgrade", "--no-vector-indexes"], env=env)
+    assert skipped.exit_code == 0, skipped.output
+    assert recorded(dsn) == {} and "vector index" not in skipped.stderr
+    done = CliRunner().invoke(cli, ["--dsn", dsn, "db", "upgrade"], env=env)
+    assert done.exit_code == 0, done.output
+    assert "schema at 0016" in done.stdout
+    assert "build the vector index of tenant 'big', general (30 memories)" in done.stderr
+    assert set(recorded(dsn)) == {("big", "general"), (ODD, "general")}
+
+    names = recorded(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE memoria.vector_indexes")
+        for name in names.values():
+            conn.execute(f"DROP INDEX memoria.{name}")  # hash names: no quoting needed
+    migrate.downgrade(dsn, "0015")
+    MemorySystem(big.config, embedder=HashEmbedder(), auto_migrate=True).close()
+    assert recorded(dsn) == names and all(index_of(dsn, name)[2] for name in names.values())
+
+
+def test_v3_searches_a_large_tenant_on_its_own_index_and_explain_shows_it(big, dsn):
+    """V3's one statement searches exactly within the bound; above it the vector worker searches (its
+    own index where it has one), and `explain` shows that search's statements after the empty one."""
+    big.sync_vector_indexes()
+    query = unit(1, 9)[0]
+    # ODD: 25 general memories, above the bound (20 per type); big: 35 over two types, within 2 x 20
+    response = big.query("point", tenant=ODD, embedding=query, v4=False, ranking=False, top_k=5)
+    exact = big.query("point", tenant=ODD, embedding=query, workers=["vector"], ranking=False, top_k=5)
+    assert [m.memory_id for m in response.memories] == [m.memory_id for m in exact.memories]
+    assert response.diagnostics.worker_hits == {"vector": 25}
+    text = big.explain(response)
+    assert "the tenant is above vector_exact_max_rows" in text
+    assert vector_indexes.index_name(ODD, "general") in text  # its own graph, in the worker's plan
+    within = big.query("point", tenant="big", embedding=query, v4=False, ranking=False, top_k=5)
+    assert "the tenant is above" not in big.explain(within) and within.diagnostics.worker_hits == {"vector": 35}

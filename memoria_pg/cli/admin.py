@@ -89,15 +89,28 @@ def db_group() -> None:
 
 @db_group.command("upgrade")
 @click.argument("revision", default="head")
+@click.option(
+    "--vector-indexes/--no-vector-indexes",
+    default=True,
+    show_default=True,
+    help="Then give each tenant above vector_exact_max_rows memories of a type its own HNSW index "
+    "(as `memoria-pg db vector-indexes` does): since 0016 no other index serves their vector search.",
+)
 @click.pass_context
-def db_upgrade(ctx: click.Context, revision: str) -> None:
+def db_upgrade(ctx: click.Context, revision: str, vector_indexes: bool) -> None:
     """Upgrade the schema to REVISION (default: head)."""
     from ..db import migrate
+    from ..db import vector_indexes as indexes
 
     cfg = config_of(ctx)
     dsn = dsn_for(cfg)
     migrate.upgrade(dsn, revision, memory_types=cfg.memory_types, use_age=cfg.use_age)
-    click.echo(f"schema at {migrate.current(dsn)}")
+    now = migrate.current(dsn)
+    click.echo(f"schema at {now}")
+    if vector_indexes and cfg.vector_exact_max_rows > 0 and (now or "") >= indexes.REGISTRY_SINCE:
+        for a in indexes.sync(dsn, cfg.vector_exact_max_rows):
+            if a.action != "keep":
+                click.echo(a.line(), err=True)
 
 
 @db_group.command("downgrade")
@@ -123,10 +136,11 @@ def db_downgrade(ctx: click.Context, revision: str, yes: bool) -> None:
 def db_vector_indexes(ctx: click.Context, tenants: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
     """Give each tenant above vector_exact_max_rows memories of a type its own HNSW index there.
 
-    The vector worker searches such a tenant with HNSW; on the shard's shared index it walks every
-    tenant's vectors, on its own it walks only its own (faster, and nearer the exact result). Built
-    CONCURRENTLY (writes go on); an index whose tenant fell below half the bound is dropped. Run it
-    after a bulk load or from cron, with the DSN of the user that owns the tables.
+    The vector worker searches such a tenant with HNSW on that index; until it has one, exactly
+    (every vector of the tenant compared: no recall lost, but the cost grows with the tenant). Built
+    CONCURRENTLY (writes go on); an index whose tenant fell below half the bound is dropped.
+    `memoria-pg db upgrade`, `memoria-pg ingest` and `memoria-pg serve` run it; run it yourself after
+    a bulk load through the library or from cron, with the DSN of the user that owns the tables.
     """
     from ..db import vector_indexes
 

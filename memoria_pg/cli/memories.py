@@ -77,12 +77,7 @@ def ingest(
             )
         elapsed = time.perf_counter() - t0
         if vector_indexes and cfg.vector_exact_max_rows > 0 and result.inserted:
-            system.sync_vector_indexes(
-                progress=lambda a: click.echo(
-                    f"{a.action} the vector index of tenant {a.tenant!r}, {a.memory_type} ({a.rows} memories) "
-                    f"in {a.seconds or 0:.1f}s", err=True
-                )
-            )  # fmt: skip
+            system.sync_vector_indexes(progress=lambda a: click.echo(a.line(), err=True))
     total = result.inserted + result.duplicates
     click.echo(
         f"stored {result.inserted} memories ({result.duplicates} duplicates skipped) from {total} "

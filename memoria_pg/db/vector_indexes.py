@@ -1,9 +1,9 @@
 """Per-tenant HNSW indexes: a large tenant's vectors get an HNSW graph of their own (migration 0015).
 
 The vector worker searches a tenant's memories of a type exactly up to `vector_exact_max_rows` and with
-HNSW above. The shard's one HNSW index holds every tenant's vectors, so a large tenant's search walks
-a graph of which it owns a fraction: the iterative scan reads other tenants' vectors and recall falls.
-`sync` gives each (tenant, memory type) above the bound a partial HNSW index on the type's partition,
+HNSW above. There is no shared HNSW index (migration 0016 dropped the shards' one: every insert paid
+for it and only large tenants read it, through a graph of which they owned a fraction). `sync` gives
+each (tenant, memory type) above the bound a partial HNSW index on the type's partition,
 
     CREATE INDEX CONCURRENTLY memories_vec_<hash> ON memoria.memories_<type>
         USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)
@@ -11,16 +11,19 @@ a graph of which it owns a fraction: the iterative scan reads other tenants' vec
 
 and records it in memoria.vector_indexes. The vector worker's HNSW statement (sql/workers/vector.sql)
 names the tenant as a value, so its custom plan proves the predicate and the planner takes the
-tenant's own graph; a tenant without one keeps the shared index, as before. An index whose (tenant,
-type) has fallen below half the bound (memories deleted, the tenant erased) is dropped, so a tenant
-hovering at the bound is not rebuilt back and forth.
+tenant's own graph; a tenant without one yet (grown past the bound since the last sync) is searched
+exactly by the same statement (the covering index of 0004, then a sort): no recall lost, a cost that
+grows with the tenant until the next sync. An index whose (tenant, type) has fallen below half the
+bound (memories deleted, the tenant erased) is dropped, so a tenant hovering at the bound is not
+rebuilt back and forth.
 
 Built CONCURRENTLY (writes go on; a failed build leaves an invalid index, which the next sync drops and
 builds again), never on the query path nor in a migration: `memoria-pg db vector-indexes` runs it
-(after a bulk load, or from cron), and `memoria-pg ingest` at the end of its load. One sync at a
-time per database (an advisory lock). The tenant is the one value written into SQL text here: DDL takes
-no parameters, so it is quoted by psycopg (sql.Literal); the index and partition names come from a hash
-and from the catalog, never from input.
+(after a bulk load, or from cron), `memoria-pg db upgrade` after migrating, `memoria-pg ingest` at the
+end of its load, `memoria-pg serve` periodically, and MemorySystem's auto_migrate when it crosses
+0016. One sync at a time per database (an advisory lock). The tenant is the one value written into SQL
+text here: DDL takes no parameters, so it is quoted by psycopg (sql.Literal); the index and partition
+names come from a hash and from the catalog, never from input.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from ..errors import ServerError, SyncRunning
 from .database import connect
 
 PREFIX = "memories_vec_"
+REGISTRY_SINCE = "0015"  # the schema revision that added memoria.vector_indexes
+SHARED_HNSW_DROPPED = "0016"  # and the one that dropped the shards' shared HNSW index
 # pg_try_advisory_lock key of a sync: one per database
 _LOCK = "SELECT pg_try_advisory_lock(hashtextextended('memoria.vector_indexes', 0))"
 _UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('memoria.vector_indexes', 0))"
@@ -83,6 +88,13 @@ class Action:
     action: str  # "build" (none yet, or an unusable one), "drop" (below half the bound), "keep"
     index_name: str
     seconds: float | None = None  # how long the build or drop took (None: not done)
+
+    def line(self) -> str:
+        """What was done, as the CLI reports it."""
+        return (
+            f"{self.action} the vector index of tenant {self.tenant!r}, {self.memory_type} ({self.rows} memories) "
+            f"in {self.seconds or 0:.1f}s"
+        )
 
 
 def index_name(tenant: str, memory_type: str) -> str:

@@ -21,14 +21,11 @@ from .workers import WorkerRegistry
 from .workers.base import Statement, shard_sql
 
 # How v3_statement makes V3's statement of sql/v3_search.sql and sql/final_candidates.sql: the vector
-# worker's two forms replace the template's marker lines, the final CTE's own hits CTE (up to
+# worker's exact form replaces the template's marker line (a tenant above the exact bound is searched by
+# the vector worker itself: QueryPipeline.retrieve_v3_in), the final CTE's own hits CTE (up to
 # _HITS_END) is left out, and its rows come with their hit's distance and rank, the number of hits
 # (which V4's caller knows already) and the query processor's entity lookup.
-_V3_SEARCHES = (("-- @exact\n", "workers/vector_exact"), ("-- @hnsw\n", "workers/vector"))
-# The HNSW form names the tenant as a value, for the vector worker's custom plans to take a per-tenant
-# index (db/vector_indexes.py). V3's statement runs on its cached generic plan, where a value proves no
-# index predicate: it reads the tenant from the transaction, as the exact form does.
-_V3_TENANT = ("m.tenant = %(tenant)s::text", "m.tenant = current_setting('memoria.tenant')")
+_V3_SEARCHES = (("-- @exact\n", "workers/vector_exact"),)
 _HITS_END = "\n), declared AS ("
 _V3_EDITS = (
     (
@@ -202,9 +199,10 @@ def v3_statement(
     validity: Validity = VALID_NOW,
     embeddings: bool = True,
 ) -> Statement:
-    """V3's vector search and the final CTE as one statement (sql/v3_search.sql): the search (exact
-    or HNSW over the whole table, by the tenant's size and `exact_max_rows` as VectorWorker chooses)
-    gives the final CTE its hits in the server; `norms`: the query processor's entity lookup."""
+    """V3's vector search and the final CTE as one statement (sql/v3_search.sql): the exact search of
+    the whole table, while the tenant is within `exact_max_rows` as VectorWorker decides (no row
+    above: the caller searches with the vector worker), gives the final CTE its hits in the server;
+    `norms`: the query processor's entity lookup."""
     params = final_cte_params(
         {}, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity,
         embeddings=embeddings, scored=[],
@@ -220,7 +218,7 @@ def v3_statement(
 
 @functools.cache
 def _v3_text() -> str:
-    """sql/v3_search.sql with the vector worker's two statements in place, then final_candidates.sql
+    """sql/v3_search.sql with the vector worker's exact statement in place, then final_candidates.sql
     after its hits CTE, with _V3_EDITS."""
     text, final = load_sql("v3_search"), load_sql("final_candidates")
     _, sep, rest = final.partition(_HITS_END)
@@ -234,9 +232,7 @@ def _v3_text() -> str:
         if text.count(marker) != 1:
             raise RuntimeError(f"sql/v3_search.sql lost its marker line {marker.strip()!r}")
         text = text.replace(marker, shard_sql(name, ALL).rstrip() + "\n")  # the whole table: no shard filter
-    if text.count(_V3_TENANT[0]) != 1:
-        raise RuntimeError(f"sql/workers/vector.sql lost the line V3's statement rewrites: {_V3_TENANT[0]!r}")
-    return text.replace(*_V3_TENANT) + sep + rest
+    return text + sep + rest
 
 
 @dataclass

@@ -14,7 +14,8 @@ from .candidates import v3_statement
 from .diagnostics import Diagnostics
 from .pipeline import QueryPipeline
 from .response import QueryResponse
-from .shards import tenant_rows
+from .shards import ALL, tenant_rows
+from .workers.vector import exact
 
 
 def _shown(value: Any) -> Any:
@@ -76,7 +77,18 @@ def _v3_plan(pipeline: QueryPipeline, query: ProcessedQuery, d: Diagnostics) -> 
         exact_max_rows=cfg.vector_exact_max_rows, validity=query.validity, embeddings=False, **pipeline._fusion(),
     )  # fmt: skip
     head = f"\n== V3's statement ({d.database_ms:.1f} ms in the query, {d.worker_hits.get('vector', 0)} hits)"
-    return [head, *_statement_plan(pipeline, query.tenant, text, params, generic_plans=True)]
+    out = [head, *_statement_plan(pipeline, query.tenant, text, params, generic_plans=True)]
+    with pipeline.db.transaction(query.tenant) as conn:
+        rows = tenant_rows(conn)
+    if cfg.vector_exact_max_rows <= 0 or not exact(rows, ALL, cfg.vector_exact_max_rows):
+        # above the exact bound the statement answers nothing: the vector worker searched the tenant
+        out.append("\n== the tenant is above vector_exact_max_rows: the vector worker's search, then the final CTE")
+        ctx = pipeline._v3_context(query, vector, rows, d.returned_count)
+        with pipeline.db.transaction(query.tenant) as conn:
+            statements = pipeline.registry["vector"]().statements_for(conn, ctx)
+        for statement, statement_params in statements:
+            out.extend(_statement_plan(pipeline, query.tenant, statement, statement_params))
+    return out
 
 
 def _statement_plan(

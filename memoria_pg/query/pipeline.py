@@ -48,10 +48,12 @@ from .relevance import relevance_pool
 from .response import QueryResponse
 from .routing import Router, submitted_workers
 from .scheduler import Scheduler, SchedulerResult, Task
+from .shards import ALL as ALL_SHARD
 from .shards import per_shard_limit, populated, select_shards, tenant_rows
 from .tracing import persist_trace
 from .workers import Worker, WorkerContext, WorkerRegistry
 from .workers.vector import VectorWorker
+from .workers.vector import exact as exact_search
 
 ProcessorFactory = Callable[[Sequence[str], EntityLookup], QueryProcessor]
 ACCESS_LOCK_TIMEOUT_MS = 100  # how long the access upsert waits for a row lock (best effort)
@@ -174,7 +176,8 @@ class QueryPipeline:
         """V3's reads in one transaction. The query is checked and embedded first (the embedding reads
         only its normalized text). With the built-in vector worker, the search, the final CTE and the
         processor's entity lookup are then one statement (candidates.v3_statement), and processing
-        runs on its answer (PrefetchedLookup); another vector worker runs after processing
+        runs on its answer (PrefetchedLookup); a tenant above the exact bound, which the statement
+        leaves out, and another vector worker are searched after processing by the worker
         (retrieve_v3_in)."""
         self.validate(request)
         validation.query_text(request.text, self.config.max_query_chars)  # before embedding it
@@ -203,6 +206,10 @@ class QueryPipeline:
             query = processor.process(request.text, tenant=request.tenant, memory_type=request.memory_type)
             query.validity = validity
             diag.query_processing_ms = _ms(t1)
+            if found.hits == 0:  # nothing, or a tenant above the exact bound: the vector worker's search
+                searched = self._v3_worker_search(conn, query, vector, None, request.top_k, diag, self.ranks(request))
+                if searched is not None:
+                    return searched
         return self._v3_retrieval(query, found, diag)
 
     def embed_unbudgeted(
@@ -512,20 +519,67 @@ class QueryPipeline:
         embeddings: bool = True,
     ) -> Retrieval:
         """`retrieve_v3` in the caller's tenant transaction (on generic plans). With the built-in
-        vector worker the search and the final CTE are one statement (candidates.v3_statement: it
-        decides exact or HNSW search itself), its time in `database_ms`; another vector worker runs
-        (with `rows`, the tenant's memories per type), then the final CTE on its hits."""
+        vector worker the exact search and the final CTE are one statement (candidates.v3_statement),
+        its time in `database_ms`, for a tenant within the exact bound; for a larger one (the statement
+        answers nothing) and for another vector worker, the worker runs (with `rows`, the tenant's
+        memories per type), then the final CTE on its hits."""
         worker = self.registry["vector"]()
         if type(worker) is VectorWorker:
             t0 = time.perf_counter()
             found = self._v3_statement(conn, vector, top_k, query.validity, embeddings, [])
             diag.database_ms = _ms(t0)
+            if found.hits == 0:  # nothing, or a tenant above the exact bound: the vector worker's search
+                searched = self._v3_worker_search(conn, query, vector, rows, top_k, diag, embeddings)
+                if searched is not None:
+                    return searched
             return self._v3_retrieval(query, found, diag)
+        return self._v3_worker_retrieval(conn, worker, query, vector, rows, top_k, diag, embeddings)
+
+    def _v3_worker_search(
+        self,
+        conn: psycopg.Connection,
+        query: ProcessedQuery,
+        vector: np.ndarray,
+        rows: Mapping[str, int] | None,
+        top_k: int,
+        diag: Diagnostics,
+        embeddings: bool,
+    ) -> Retrieval | None:
+        """V3 for a tenant above the exact bound, whose rows V3's one statement leaves out: the vector
+        worker searches it (per memory type, on the tenant's own HNSW indexes where it has them:
+        VectorWorker.groups), on custom plans, which alone can take a per-tenant index, then the final
+        CTE runs on its hits. None when the tenant is within the bound (the statement's empty answer
+        stands). `rows`: the tenant's memories per type, read here when None."""
+        bound = self.config.vector_exact_max_rows
+        rows = tenant_rows(conn) if rows is None else rows
+        if bound > 0 and exact_search(rows, ALL_SHARD, bound):
+            return None
+        conn.execute("SELECT set_config('plan_cache_mode', 'force_custom_plan', true)")
+        worker = self.registry["vector"]()
+        return self._v3_worker_retrieval(conn, worker, query, vector, rows, top_k, diag, embeddings, custom=True)
+
+    def _v3_worker_retrieval(
+        self,
+        conn: psycopg.Connection,
+        worker: Worker,
+        query: ProcessedQuery,
+        vector: np.ndarray,
+        rows: Mapping[str, int],
+        top_k: int,
+        diag: Diagnostics,
+        embeddings: bool,
+        *,
+        custom: bool = False,
+    ) -> Retrieval:
+        """V3 through a vector worker's run: its hits, then the final CTE on them (on its generic plan:
+        `custom`, the worker ran on custom plans, which are switched back first)."""
         ctx = self._v3_context(query, vector, rows, top_k)
         t0 = time.perf_counter()
         vector_hits = worker.run(conn, ctx)
         diag.retrieval_ms = _ms(t0)
         t1 = time.perf_counter()
+        if custom:
+            conn.execute("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
         self.read_db.renew_budget(conn)
         candidates = build_candidates(
             conn, {"vector": vector_hits}, self.registry, validity=query.validity, embeddings=embeddings,

@@ -1,9 +1,10 @@
--- Vector worker: cosine distance over one shard's HNSW index (iterative scan keeps the tenant
--- filter from starving the result; the outer ORDER BY restores exact order after relaxed_order).
--- The tenant is named as a value (the row-level security policy still checks memoria.tenant): on
--- this statement's custom plan the planner proves a per-tenant partial HNSW index's predicate
--- (WHERE tenant = '<tenant>', memoria_pg/db/vector_indexes.py) and searches the tenant's own graph
--- where it has one; a tenant without one is searched on the shard's shared index.
+-- Vector worker, HNSW: cosine distance over the tenant's own HNSW index of the shard (iterative scan
+-- keeps the filters from starving the result; the outer ORDER BY restores exact order after
+-- relaxed_order). The tenant is named as a value (the row-level security policy still checks
+-- memoria.tenant): on this statement's custom plan the planner proves a per-tenant partial HNSW
+-- index's predicate (WHERE tenant = '<tenant>', memoria_pg/db/vector_indexes.py) and searches the
+-- tenant's own graph. A tenant without one yet has no HNSW index to use (there is no shared one since
+-- migration 0016): the same statement is then an exact search over the covering index, and a sort.
 WITH nearest AS MATERIALIZED (
     SELECT m.id AS memory_id, m.memory_type, m.embedding <=> %(embedding)s AS distance
     FROM memoria.memories m

@@ -21,9 +21,9 @@ class VectorWorker(Worker):
     index-only scan of the tenant's vectors, exact order); more go through the HNSW indexes
     (workers/vector). The exact cost grows with the rows, the HNSW cost with the partitions probed
     (one graph search each), hence the per-type budget. A tenant above the budget in a type searches
-    its own partial HNSW index there when `memoria-pg db vector-indexes` has built one
-    (db/vector_indexes.py), else the shard's shared one. `statements(ctx)`, without a transaction to
-    read the sizes in, is the HNSW form.
+    its own partial HNSW index there, which `memoria-pg db vector-indexes` builds (db/vector_indexes.py);
+    until it has one, the same statement searches it exactly (there is no shared HNSW index).
+    `statements(ctx)`, without a transaction to read the sizes in, is the HNSW form.
     """
 
     name = "vector"
@@ -57,8 +57,9 @@ class VectorWorker(Worker):
         memories as one search of the whole table). Each type is then searched as a typed shard is:
         exactly while small, else with HNSW, where the planner takes the tenant's own index of that
         type. One statement over the whole table would not: its Merge Append picks each partition's
-        path by start-up cost, and pgvector's estimate for the shared index, blind to the tenant
-        filter that rejects most of what it reads, is the lower (EXPLAIN at 800k memories)."""
+        path by start-up cost, which for a partition's exact scan means reading all of it first, and
+        (when a shared HNSW index still existed, before migration 0016) pgvector's estimate for that
+        one, blind to the tenant filter, was the lower (EXPLAIN at 800k memories)."""
         limit = ctx.config.vector_exact_max_rows
         rows = {} if limit <= 0 else ctx.tenant_rows if ctx.tenant_rows is not None else tenant_rows(conn)
         out = []
