@@ -26,7 +26,8 @@ def _char_class(pred: Callable[[str], bool]) -> str:
 
 
 UPPER = _char_class(str.isupper)
-CAP = rf"[{UPPER}][\w\-]*(?:['’](?!s\b)[\w\-]+)*"  # "O'Brien" is a word, "Alice's" is not
+_CAP_REST = r"[\w\-]*(?:['’](?!s\b)[\w\-]+)*"  # a CAP after its capital
+CAP = rf"[{UPPER}]{_CAP_REST}"  # "O'Brien" is a word, "Alice's" is not
 NAME = rf"{CAP}(?:[ \t]+{CAP}){{0,2}}"
 WORD = re.compile(r"[^\W\d_][\w\-]*(?:['’](?!s\b)[\w\-]+)*")
 _KEY_WORD = re.compile(r"\w+(?:['&.\-]\w+)*")
@@ -194,8 +195,11 @@ def _close(run: list[re.Match[str]], text: str, names: list[tuple[int, str]]) ->
 
 def entity_key(name: str) -> str:
     """Case- and punctuation-insensitive form used to compare names."""
-    words = _KEY_WORD.findall(name.casefold().replace("’", "'"))
-    return " ".join(w[:-2] if w.endswith("'s") else w for w in words)
+    folded = name.casefold().replace("’", "'")
+    words = _KEY_WORD.findall(folded)
+    if "'s" in folded:  # only then can a word end with a possessive to drop
+        words = [w[:-2] if w.endswith("'s") else w for w in words]
+    return " ".join(words)
 
 
 def known_mentions(text: str, known: Iterable[str]) -> list[tuple[int, str]]:
@@ -375,10 +379,25 @@ def canonical_attribute(phrase: str) -> str:
     return ATTRIBUTE_SYNONYMS.get(key, key)
 
 
-PET = r"(?P<attribute>dog|cat|puppy|kitten|hamster|rabbit|bird|parrot|fish|horse|pony|snake|turtle|pet)"
+_PETS = "dog|cat|puppy|kitten|hamster|rabbit|bird|parrot|fish|horse|pony|snake|turtle|pet"
+PET = rf"(?P<attribute>{_PETS})"
 ATTR = r"(?P<attribute>[^\W\d_A-Z]+(?:['’]s)?(?:[ \t][^\W\d_A-Z]+(?:['’]s)?){0,2})"
-SUBJ = rf"(?<![\w'’])(?P<subject>{NAME}|I)"
-POSS = rf"(?<![\w'’])(?P<subject>{NAME}['’]s|[Mm]y)"
+# A subject: a NAME, or a NAME's or "my" (POSS), not inside a word. SUBJ and POSS match as the plain
+# `(?<![\w'’])(?P<subject>{NAME}|I)` and `(?<![\w'’])(?P<subject>{NAME}['’]s|[Mm]y)` do, and are fast to
+# search a text with:
+# - the first character comes first, then the lookbehind on the character before it (and, in POSS,
+#   the check of that character for each alternative: a capital, or the M or m of "my"): re scans a
+#   text for the first character of an expression that starts with a character class, but tries one
+#   that starts with a lookbehind at every position;
+# - "I" is a NAME: an alternative of its own could only match where the NAME "I" already failed;
+# - the runs of word characters are possessive: what follows one, in the subject or after it in every
+#   pattern, is an apostrophe, a space or a tab, never a word character, so giving characters back
+#   could not help a match, and a failed attempt at a capital does not retry every shorter prefix of
+#   every word.
+_SUBJECT_CAP_REST = r"[\w\-]*+(?:['’](?!s\b)[\w\-]++)*"  # _CAP_REST, possessive
+_SUBJECT_NAME_REST = rf"{_SUBJECT_CAP_REST}(?:[ \t]+[{UPPER}]{_SUBJECT_CAP_REST}){{0,2}}"  # NAME after its capital
+SUBJ = rf"(?P<subject>[{UPPER}](?<![\w'’].){_SUBJECT_NAME_REST})"
+POSS = rf"(?P<subject>[{UPPER}m](?<![\w'’].)(?:(?<!m){_SUBJECT_NAME_REST}['’]s|(?<=[Mm])y))"
 BE = r"(?:[ \t]+(?:is|am|are|was|were)|['’]m)"
 _VALUE_END = (
     r"(?=[ \t]*(?:[.;!?\n\"“”]|,(?![ \t]*\d)|$)|[ \t](?:and|but|because|since|who|which|when|"
@@ -415,29 +434,58 @@ ATTRIBUTE_PATTERNS: tuple[tuple[str, str | None], ...] = (
     (rf"{SUBJ}[ \t]+(?:really[ \t]+)?(?:likes?|loves?|enjoys?)[ \t]+{VALUE}", "likes"),
     (rf"{SUBJ}[ \t]+(?:prefers?)[ \t]+{VALUE}", "prefers"),
 )
-# Words that every match of the pattern at the same position in ATTRIBUTE_PATTERNS contains (one of
-# them at least): a text without any cannot match it, and is not searched with it. Most texts hold
-# none of most patterns' words, and a regular expression that starts with a name is slow to run over
-# a text. "\d": a digit.
-_NEEDLES: tuple[str, ...] = (
-    "named|called",
-    "named|called",
-    "dog|cat|puppy|kitten|hamster|rabbit|bird|parrot|fish|horse|pony|snake|turtle|pet",
-    "'s|’s|my|My",
-    "live|resid",
-    "based|located|living|moved",
-    "work",
-    "work",
-    r"\d",
-    "born",
-    "born",
-    "born",
-    "from",
-    "married",
-    "like|love|enjoy",
-    "prefer",
+# What every match of the pattern at the same position in ATTRIBUTE_PATTERNS contains: one of the
+# words of each "word|word|..." of its entry. A text without them cannot match the pattern, and is not
+# searched with it: most texts lack most patterns' words, and a regular expression that starts with a
+# name is slow to run over a text. "\d": a digit; other words are plain text, looked for with `in`
+# (faster than a regular expression of alternative words, tried at every letter one of them starts
+# with). The rarer words of an entry come first.
+_POSSESSIVE = "'s|’s|my|My"  # what a possessive subject (POSS) ends with
+_NEEDLES: tuple[tuple[str, ...], ...] = (
+    ("named|called", _PETS),
+    ("named|called", _POSSESSIVE),
+    (_POSSESSIVE, _PETS),
+    (_POSSESSIVE,),
+    ("live|resid",),
+    ("based|located|living|moved",),
+    ("work",),
+    ("work",),
+    (r"\d",),
+    ("born",),
+    ("born",),
+    ("born",),
+    ("from",),
+    ("married",),
+    ("like|love|enjoy",),
+    ("prefer",),
 )
-_COMPILED = [(re.compile(p), a, re.compile(n)) for (p, a), n in zip(ATTRIBUTE_PATTERNS, _NEEDLES, strict=True)]
+
+
+class _Needles:
+    """The needles of a pattern: `search(text)` is true when the text holds one of the words of each
+    (a regular expression's method: a test may put one in its place)."""
+
+    def __init__(self, needles: tuple[str, ...]) -> None:
+        self.needles = needles
+        self._tests = tuple(_contains(needle) for needle in needles)
+
+    def search(self, text: str) -> bool:
+        for holds in self._tests:  # noqa: SIM110 (all() of a generator costs more than a short text's test)
+            if not holds(text):
+                return False
+        return True
+
+
+def _contains(needle: str) -> Callable[[str], bool]:
+    """Whether a text holds one of the words of `needle` ("word|word"), or a digit ("\\d")."""
+    if needle == r"\d":
+        digit = re.compile(needle)
+        return lambda text: digit.search(text) is not None
+    words = tuple(needle.split("|"))
+    return lambda text: any(map(text.__contains__, words))
+
+
+_COMPILED = [(re.compile(p), a, _Needles(n)) for (p, a), n in zip(ATTRIBUTE_PATTERNS, _NEEDLES, strict=True)]
 MAX_VALUE_WORDS = 8
 
 
@@ -447,8 +495,8 @@ def extract_attributes(text: str, speaker: str | None = None) -> list[tuple[str,
     ends: list[int] = []
     found: list[tuple[int, tuple[str, str, str]]] = []
     skipping = many_inner_starts(text)
-    for pattern, attribute, needle in _COMPILED:
-        if not needle.search(text):
+    for pattern, attribute, needles in _COMPILED:
+        if not needles.search(text):
             continue
         for m in skipping_matches(pattern, text) if skipping else pattern.finditer(text):
             i = bisect.bisect_left(starts, m.end())  # taken matches starting before this one ends
@@ -465,7 +513,7 @@ def extract_attributes(text: str, speaker: str | None = None) -> list[tuple[str,
 
 # Where a pattern can start: its subject is a name (a capital), "I", or "my"/"My" (POSS).
 _SUBJECT_START = re.compile(rf"(?<![\w'’])(?:[{UPPER}]|my)")
-_CAP_REST = re.compile(r"[\w\-]*(?:['’](?!s\b)[\w\-]+)*")  # a CAP after its capital
+_CAP_REST_RE = re.compile(_CAP_REST)
 _INNER_START = re.compile(rf"-(?:[{UPPER}]|my)")
 INNER_STARTS_SCANNED = 8
 
@@ -497,7 +545,7 @@ def skipping_matches(pattern: re.Pattern[str], text: str) -> Iterator[re.Match[s
         elif text[p] == "m":  # lower-case "my" is no CAP: nothing to skip
             pos = p + 1
         else:
-            end = _match_end(_CAP_REST, text, p + 1)
+            end = _match_end(_CAP_REST_RE, text, p + 1)
             my = end - 2
             inner_my = my > p and text[my - 1] == "-" and text[my:end] in ("my", "My")
             pos = my if inner_my and text[end : end + 1] in (" ", "\t") else end

@@ -27,22 +27,23 @@ MAX_TERM_CHARS = 200
 MAX_NAME_CHARS = 200  # an entity name, after normalization (normalize_entity)
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
-_WS = re.compile(r"\s+")
 _POSSESSIVE = re.compile(r"'s(?=\s|$)")
 
 
 def normalize(text: str) -> str:
     """NFKC, whitespace collapsed, stripped; case kept (entity recognition needs it)."""
-    return _WS.sub(" ", unicodedata.normalize("NFKC", text)).strip()
+    # str.split() splits at the characters re's \s matches (str.isspace), and drops the ends.
+    return " ".join(unicodedata.normalize("NFKC", text).split())
 
 
 def _stem(token: str) -> str:
     # A deliberately light plural/possessive stemmer: conservative enough not to merge unrelated
     # words, enough to match "dogs"/"dog" and "Alice's"/"alice".
-    if len(token) > 4 and token.endswith("ies"):
-        return token[:-3] + "y"
-    if len(token) > 3 and token.endswith("s") and not token.endswith(("ss", "us", "is")):
-        return token[:-1]
+    if token.endswith("s"):  # most tokens do not
+        if len(token) > 4 and token.endswith("ies"):
+            return token[:-3] + "y"
+        if len(token) > 3 and not token.endswith(("ss", "us", "is")):
+            return token[:-1]
     return token
 
 
@@ -92,8 +93,8 @@ def dedupe_names(names: Iterable[str]) -> list[str]:
     seen: dict[str, str] = {}
     for name in names:
         clean = normalize(name)
-        if clean and normalize_entity(clean) not in seen:
-            seen[normalize_entity(clean)] = clean
+        if clean:
+            seen.setdefault(normalize_entity(clean), clean)
     return list(seen.values())
 
 
