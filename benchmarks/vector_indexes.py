@@ -1,18 +1,20 @@
-"""The vector worker's HNSW search on the shard's shared index against the tenant's own index
-(memoria_pg/db/vector_indexes.py), side by side, each against the exact search: recall and latency.
+"""The vector worker's search of a large tenant as the library runs it (the tenant's own HNSW indexes,
+memoria_pg/db/vector_indexes.py; a whole-table search in one statement, VectorWorker.split_search)
+against the same typed searches as one statement each, side by side, each against the exact search:
+recall and latency.
 
-    python benchmarks/vector_indexes.py --db memoria_scale_1000000 [--queries 200] [--limit 50]
+    python benchmarks/vector_indexes.py --db memoria_scale_1000000 [--queries 200] [--limit 50] [--bound N]
 
 On a database `scale.py` built (and `memoria-pg db vector-indexes` indexed), for each of the scale
 benchmark's queries (their HashEmbedder vectors) and each shard a query of its kind reads (its typed
-shard, and the whole table), three statements in the tenant's transaction, in turn (the order rotates
-per query): the exact search (sql/workers/vector_exact), the HNSW statement as the library runs it
-(sql/workers/vector: the tenant as a value, so the planner takes the tenant's own index when it has
-one; for the whole table, one statement per type the tenant has, each exact or HNSW as
-VectorWorker.groups chooses), and the one HNSW statement with the tenant read from memoria.tenant (no
-index predicate is provable: the shared index, as the worker ran before per-tenant indexes). Reported
-per form: p50/p95 of the statement's wall time, the server CPU per statement (/proc/<pid>/schedstat of the backend), and recall@10 and
-@limit against the exact search, by distance (distance_recall). Writes
+shard, and the whole table), three forms in the tenant's transaction, in turn (the order rotates per
+query): the exact search (sql/workers/vector_exact), the statements VectorWorker.statements_for gives
+(sql/workers/vector: the tenant as a value, so the planner takes the tenant's own index; for the whole
+table of a tenant above the bound, one statement searching each type the tenant has, exact or HNSW),
+and the same typed searches as one statement per type, merged in the client (as the worker ran them
+before the one-statement form). Since migration 0016 there is no shared HNSW index to compare with.
+Reported per form: p50/p95 of the wall time, the server CPU (/proc/<pid>/schedstat of the backend), and
+recall@10 and @limit against the exact search, by distance (distance_recall). Writes
 results/scale/<timestamp>-vector-indexes.md.
 """
 
@@ -32,14 +34,13 @@ import psycopg
 from pgvector.psycopg import register_vector
 
 from memoria_pg.config import Config
-from memoria_pg.core.types import Shard
-from memoria_pg.db import load_sql
+from memoria_pg.core.types import ProcessedQuery, Shard
 from memoria_pg.query.shards import ALL
-from memoria_pg.query.workers.base import shard_sql
+from memoria_pg.query.workers.base import WorkerContext, shard_sql
+from memoria_pg.query.workers.vector import VectorWorker
 from memoria_pg.query.workers.vector import exact as searched_exactly
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ("m.tenant = %(tenant)s::text", "m.tenant = current_setting('memoria.tenant')")
 
 
 def cpu_ns(pid: int) -> int:
@@ -65,36 +66,54 @@ def main() -> int:
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--ef-search", type=int, default=100)
+    p.add_argument("--bound", type=int, default=0, help="vector_exact_max_rows (default: the configuration's)")
     p.add_argument("--out", default=str(ROOT / "results" / "scale"))
     args = p.parse_args()
     dsn = psycopg.conninfo.make_conninfo(args.dsn, dbname=args.db)
     queries = corpus.queries(args.queries, seed=7, n_tenants=10, world=corpus.universe(7, 10))
     embed = library.hash_embed()
-    bound = Config().vector_exact_max_rows
+    bound = args.bound or Config().vector_exact_max_rows
 
-    def library_form(shard: Shard, rows: dict[str, int]) -> list[tuple[str, Shard]]:
-        """VectorWorker.groups' statements for the shard, with the HNSW form wherever it chooses it."""
-        if shard.memory_type is not None:
-            return [(shard_sql("workers/vector", shard), shard)]
+    worker = VectorWorker()
+
+    def context(tenant: str, shard: Shard, vector, rows: dict[str, int]) -> WorkerContext:
+        return WorkerContext(
+            query=ProcessedQuery(text="", normalized="", tokens=[], tenant=tenant),
+            embedding=vector,
+            shards=(shard,),
+            limit=args.limit,
+            graph_limit=0,
+            graph_depth=0,
+            config=Config(vector_exact_max_rows=bound),
+            tenant_rows=rows,
+        )
+
+    def library_form(ctx: WorkerContext) -> list[tuple[str, dict]]:
+        """VectorWorker's statements for the shard, as the library runs them."""
+        return [(text, params) for text, params in worker.statements_for(None, ctx)]  # type: ignore[arg-type]
+
+    def per_type(ctx: WorkerContext) -> list[tuple[str, dict]]:
+        """The same typed searches, one statement each (the whole table of a large tenant split)."""
+        (shard,) = ctx.shards
+        rows = ctx.tenant_rows or {}
+        if shard.memory_type is not None or searched_exactly(rows, shard, bound):
+            return library_form(ctx)
         return [
             (
                 shard_sql(
                     "workers/vector_exact" if searched_exactly(rows, Shard(t), bound) else "workers/vector", Shard(t)
                 ),
-                Shard(t),
+                worker.params(ctx, Shard(t)),
             )
             for t in sorted(rows)
             if rows[t] > 0
         ]
 
     forms = {
-        "exact": lambda shard, rows: [(shard_sql("workers/vector_exact", shard), shard)],
-        "hnsw, own index (as the library runs it)": library_form,
-        "hnsw, shared index (one statement, as before)": lambda shard, rows: [
-            (shard_sql("workers/vector", shard).replace(*SHARED), shard)
-        ],
+        "exact": lambda ctx: [(shard_sql("workers/vector_exact", ctx.shards[0]), worker.params(ctx, ctx.shards[0]))],
+        "as the library runs it (one statement)": library_form,
+        "one statement per type": per_type,
     }
-    assert load_sql("workers/vector").count(SHARED[0]) == 1
     times: dict[str, list[float]] = {f: [] for f in forms}
     cpu: dict[str, list[float]] = {f: [] for f in forms}
     recall10: dict[str, list[float]] = {f: [] for f in forms}
@@ -113,18 +132,18 @@ def main() -> int:
         for i, q in enumerate(queries):
             vector = embed(q.text)
             for shard in [getattr(q, "memory_type", None) or "episodic", None]:
-                params = {"embedding": vector, "memory_type": shard, "limit": args.limit, "tenant": q.tenant}
+                ctx = context(q.tenant, ALL if shard is None else Shard(shard), vector, sizes[q.tenant])
                 order = list(forms)[i % 3 :] + list(forms)[: i % 3]
                 found = {}
                 for form in order:
-                    statements = forms[form](ALL if shard is None else Shard(shard), sizes[q.tenant])
+                    statements = forms[form](ctx)
                     with conn.transaction():
                         conn.execute("SELECT set_config('memoria.tenant', %s, true)", (q.tenant,))
                         c0, t0 = cpu_ns(pid), time.perf_counter()
                         hits = [
                             (r[0], float(r[2]))
-                            for text, part in statements
-                            for r in conn.execute(text, {**params, "memory_type": part.memory_type}).fetchall()
+                            for text, params in statements
+                            for r in conn.execute(text, params).fetchall()
                         ]
                         found[form] = sorted(hits, key=lambda h: (h[1], h[0]))[: args.limit]
                         times[form].append((time.perf_counter() - t0) * 1000)
@@ -138,11 +157,12 @@ def main() -> int:
         n_rows = conn.execute("SELECT count(*) FROM memoria.memories").fetchone()[0]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     lines = [
-        f"# The vector worker's HNSW on the tenant's own index vs the shared one ({dt.datetime.now():%Y-%m-%d %H:%M})",
+        f"# The vector worker's search of large tenants, one statement vs one per type ({dt.datetime.now():%Y-%m-%d %H:%M})",
         "",
         f"Database `{args.db}` ({n_rows:,} memories, {own} per-tenant indexes), commit {commit.strip()}, "
         f"{len(queries)} queries x 2 shards (the query's typed shard or episodic, and the whole table), "
-        f"limit {args.limit}, ef_search {args.ef_search}, the three forms in rotating order per query; "
+        f"limit {args.limit}, ef_search {args.ef_search}, vector_exact_max_rows {bound}, the three forms in rotating "
+        "order per query; "
         f"1-minute load {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs. Vectors: HashEmbedder "
         "(synthetic), queries and memories alike.",
         "",

@@ -148,14 +148,17 @@ def test_a_large_tenants_whole_table_is_searched_type_by_type(big, dsn):
     )
     worker = VectorWorker()
     with big.db.transaction("big") as conn:
-        ((fact, general),) = worker.groups(conn, ctx)  # the types in order
-        assert (fact[1]["memory_type"], general[1]["memory_type"]) == ("fact", "general")
-        assert "cosine_distance" in fact[0] and "<=>" in general[0]  # fact exact, general HNSW
-        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (COSTS OFF) " + general[0], general[1]))
+        ((text, params),) = worker.statements_for(conn, ctx)  # one statement, the types in order
+        fact, general = text.split("\nUNION ALL\n")
+        assert (params["memory_type_0"], params["memory_type_1"]) == ("fact", "general")
+        assert "cosine_distance" in fact and "<=>" in general  # fact exact, general HNSW
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (COSTS OFF) " + text, params))
         assert f"Index Scan using {vector_indexes.index_name('big', 'general')}" in plan, plan
+        assert "memories_fact" in plan and "memories_episodic" not in plan  # each branch its partition
         hits = worker.run(conn, ctx)
         exact = worker.run(conn, dataclasses.replace(ctx, config=big.config.replace(vector_exact_max_rows=10**6)))
     assert len(hits) == 10 and [h.memory_id for h in hits] == [h.memory_id for h in exact]
+    assert [round(h.score, 5) for h in hits] == [round(h.score, 5) for h in exact]
 
 
 def test_an_index_whose_tenant_shrank_is_dropped_and_an_unusable_one_rebuilt(big, dsn):

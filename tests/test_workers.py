@@ -140,10 +140,11 @@ def test_vector_searches_small_tenants_exactly_and_large_ones_with_hnsw(system, 
     )
 
     def chosen(per_type: int) -> list:
-        """Each shard's form, from its statements: sql/workers/vector_exact or vector, its shard filter
-        written for the shard it reads (shard_sql); a shard of several statements, a tuple of them."""
+        """Each shard's form, from its statement: sql/workers/vector_exact or vector, its shard filter
+        written for the shard it reads (shard_sql); a search split by type (one statement, a UNION ALL
+        of typed searches, VectorWorker.split_search), the tuple of its parts' forms."""
         with system.db.transaction("t") as conn:  # tenant t: 20 general, 5 fact, 0 episodic memories
-            groups = VectorWorker().groups(
+            statements = VectorWorker().statements_for(
                 conn, dataclasses.replace(ctx, config=system.config.replace(vector_exact_max_rows=per_type))
             )
         forms = {
@@ -157,11 +158,16 @@ def test_vector_searches_small_tenants_exactly_and_large_ones_with_hnsw(system, 
             assert text == shard_sql(f"workers/{name}", Shard(params["memory_type"]))
             return name.replace("vector_exact", "exact").replace("vector", "hnsw")
 
-        return [form(*group[0]) if len(group) == 1 else tuple(form(*s) for s in group) for group in groups]
+        def split(text: str, params: dict) -> tuple:
+            parts = text.split("\nUNION ALL\n")
+            assert [params[f"memory_type_{k}"] for k in range(len(parts))] == ["fact", "general"]  # sorted
+            return tuple("exact" if "cosine_distance(" in part else "hnsw" for part in parts)
+
+        return [form(text, params) if text in forms else split(text, params) for text, params in statements]
 
     exact, hnsw = "exact", "hnsw"
     # The whole table holds 25 memories of the tenant in 2 types: exact up to 2 x the per-type budget;
-    # above it, one statement per type the tenant has, each as that typed shard chooses.
+    # above it, one search per type the tenant has (in one statement), each as that typed shard chooses.
     assert chosen(13) == [exact, exact, hnsw, exact]
     assert chosen(12) == [(exact, hnsw), exact, hnsw, exact]
     assert chosen(20) == [exact, exact, exact, exact]

@@ -547,7 +547,7 @@ class QueryPipeline:
     ) -> Retrieval | None:
         """V3 for a tenant above the exact bound, whose rows V3's one statement leaves out: the vector
         worker searches it (per memory type, on the tenant's own HNSW indexes where it has them:
-        VectorWorker.groups), on custom plans, which alone can take a per-tenant index, then the final
+        VectorWorker.split_search), on custom plans, which alone can take a per-tenant index, then the final
         CTE runs on its hits. None when the tenant is within the bound (the statement's empty answer
         stands). `rows`: the tenant's memories per type, read here when None."""
         bound = self.config.vector_exact_max_rows
