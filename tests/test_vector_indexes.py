@@ -352,3 +352,16 @@ def test_v3_searches_a_large_tenant_on_its_own_index_and_explain_shows_it(big, d
     assert vector_indexes.index_name(ODD, "general") in text  # its own graph, in the worker's plan
     within = big.query("point", tenant="big", embedding=query, v4=False, ranking=False, top_k=5)
     assert "the tenant is above" not in big.explain(within) and within.diagnostics.worker_hits == {"vector": 35}
+
+
+def test_0016s_downgrade_keeps_a_shared_index_an_administrator_created_again(big, dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:  # as README's "No shared HNSW index" shows
+        conn.execute(
+            "CREATE INDEX memories_embedding_hnsw ON memoria.memories USING hnsw (embedding vector_cosine_ops) "
+            "WITH (m = 8)"
+        )
+    big.close()
+    migrate.downgrade(dsn, "0015")  # does not trip over it
+    assert "memories_general" in shared_hnsw(dsn)
+    migrate.upgrade(dsn)
+    assert shared_hnsw(dsn) == []

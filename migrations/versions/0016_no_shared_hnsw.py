@@ -12,8 +12,11 @@ migration, and `memoria-pg serve` and `memoria-pg ingest` keep it up to date (RE
 latency").
 
 Dropping the partitioned index drops every partition's, present and future (add_memory_type). The
-downgrade builds it again on every partition, which takes a while on a large database and blocks
-writes meanwhile (an in-memory build per shard within maintenance_work_mem).
+downgrade builds it again on every partition (unless an administrator already did, under this name),
+which takes a while on a large database and blocks writes meanwhile (an in-memory build per shard
+within maintenance_work_mem). An administrator who wants a shared graph back without downgrading (say,
+many tenants just above the bound and no sync) can create it the same way; the planner may then take
+it, by cost, for a large tenant without its own (README, "Scale and latency").
 
 Revision ID: 0016
 Revises: 0015
@@ -36,6 +39,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute(
-        f"CREATE INDEX {HNSW} ON memoria.memories USING hnsw (embedding vector_cosine_ops) "
+        f"CREATE INDEX IF NOT EXISTS {HNSW} ON memoria.memories USING hnsw (embedding vector_cosine_ops) "
         "WITH (m = 8, ef_construction = 64)"
     )
