@@ -365,3 +365,23 @@ def test_0016s_downgrade_keeps_a_shared_index_an_administrator_created_again(big
     assert "memories_general" in shared_hnsw(dsn)
     migrate.upgrade(dsn)
     assert shared_hnsw(dsn) == []
+
+
+def test_the_sync_analyzes_what_it_built_on_so_a_fresh_load_takes_its_index(config: Config, dsn):
+    """Right after a bulk load the statistics do not know the tenant (estimated at a row or so), and the
+    planner would keep the exact search beside the new index until autovacuum's ANALYZE: the sync
+    analyzes the partitions it built on. (2,000 memories: enough for the index to win by cost.)"""
+    vectors = unit(2000, 21)
+    with MemorySystem(config.replace(vector_exact_max_rows=100), embedder=HashEmbedder()) as system:
+        system.store_many([{"content": f"note {i}", "tenant": "bulk", "embedding": v} for i, v in enumerate(vectors)])
+        with psycopg.connect(dsn) as conn:  # nothing has analyzed the load yet
+            assert (
+                conn.execute(
+                    "SELECT last_analyze FROM pg_stat_user_tables WHERE relname = 'memories_general'"
+                ).fetchone()[0]
+                is None
+            )
+        assert [a.action for a in system.sync_vector_indexes()] == ["build"]
+        plan, hits, exact = hnsw_plan_and_hits(system, "bulk", vectors[0], Shard("general"))
+    assert f"Index Scan using {vector_indexes.index_name('bulk', 'general')}" in plan, plan
+    assert hits[0].memory_id == exact[0].memory_id  # the vector itself, first

@@ -147,23 +147,32 @@ def sync(
                 return actions
             if any(a.action == "build" for a in actions):
                 _enough_memory_to_build(conn)
-            done = []
+            done, built_on = [], set()
             for action in actions:
                 if action.action != "keep":
                     started = time.perf_counter()
-                    (_build if action.action == "build" else _drop)(conn, action)
+                    if action.action == "build":
+                        built_on.add(_build(conn, action))
+                    else:
+                        _drop(conn, action)
                     action = dataclasses.replace(action, seconds=time.perf_counter() - started)
                     if progress:
                         progress(action)
                 done.append(action)
+            for partition in sorted(built_on):
+                # The planner takes a tenant's index by the tenant's estimated rows: right after a bulk
+                # load (the usual moment of a build) the statistics may not know the tenant yet, and the
+                # plan would stay an exact search until autovacuum's ANALYZE.
+                conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier("memoria", partition)))
             return done
         finally:
             if not dry_run and not conn.closed:
                 conn.execute(_UNLOCK)
 
 
-def _build(conn: psycopg.Connection, action: Action) -> None:
-    partition = conn.execute(_PARTITION, {"memory_type": action.memory_type}).fetchone()[0]  # type: ignore[index]
+def _build(conn: psycopg.Connection, action: Action) -> str:
+    """Builds the action's index; returns the partition it is on."""
+    partition: str = conn.execute(_PARTITION, {"memory_type": action.memory_type}).fetchone()[0]  # type: ignore[index]
     index = sql.Identifier("memoria", action.index_name)
     # an invalid leftover of a failed concurrent build (or a recorded index gone bad) goes first
     conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(index))
@@ -179,6 +188,7 @@ def _build(conn: psycopg.Connection, action: Action) -> None:
     )
     key = {"tenant": action.tenant, "memory_type": action.memory_type}
     conn.execute(_RECORD, {**key, "index_name": action.index_name, "rows": action.rows})
+    return partition
 
 
 def _enough_memory_to_build(conn: psycopg.Connection) -> None:
