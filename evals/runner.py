@@ -299,12 +299,11 @@ def ingest(system, dataset: Dataset, doc_vectors: Mapping[tuple[str, str], np.nd
     t0 = time.perf_counter()
     result = system.store_many(records)
     log(f"   stored {result.inserted} memories ({result.duplicates} duplicates) in {time.perf_counter() - t0:.1f} s")
-    if system.config.vector_exact_max_rows > 0:
-        # as `memoria-pg ingest` (and the server) do: a tenant above the exact bound gets its own HNSW
-        # index, the only one its vector search can use (no shared index since migration 0016)
-        built = [a for a in system.sync_vector_indexes() if a.action == "build"]
-        if built:
-            log(f"   built {len(built)} per-tenant vector indexes")
+    # as `memoria-pg ingest` (and the server) do: a tenant above the exact bound gets its own HNSW
+    # index, the only one its vector search can use (no shared index since migration 0016)
+    built = [a for a in system.sync_vector_indexes() if a.action == "build"]
+    if built:
+        log(f"   built {len(built)} per-tenant vector indexes")
 
 
 def _run_sql(

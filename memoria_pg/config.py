@@ -117,7 +117,9 @@ class Config:
     bm25_postings_per_term: int = 2000  # impact-ordered postings read per query term
     hnsw_ef_search: int = 100
     # Exact vector search (every vector of the tenant compared, read from a covering index) while the
-    # tenant has at most this many memories per memory type searched; above it, HNSW. 0 = always HNSW.
+    # tenant has at most this many memories per memory type searched; above it, HNSW on the tenant's own
+    # index, which `memoria-pg db vector-indexes` builds for each (tenant, type) above it (0 = always
+    # HNSW: every (tenant, type) gets one). Without its index the HNSW statement searches exactly.
     # The crossover is in the README (configuration).
     vector_exact_max_rows: int = 5_000
 

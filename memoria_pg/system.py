@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +24,7 @@ from .core.embedding import CachedQueryEmbedder, Embedder, LazyEmbedder
 from .core.types import ForgetResult, HistoryEvent, Memory, MemoryRecord, StoreResult
 from .db import Database, embedded, translating, vector_indexes
 from .db.replicas import ReadRouter, ReplicaSettings
-from .errors import ServerError
+from .errors import ServerError, SyncRunning
 from .ingest import Ingestor, RecordRules, batched
 from .lifecycle import MISSING, Lifecycle
 from .plugins import PluginRegistry
@@ -36,6 +37,9 @@ from .ranking import RankingPipeline, RankingStage
 
 Records = Iterable[MemoryRecord | Mapping[str, Any]]
 MAX_NOTED_TENANTS = 10_000  # tenants store_many keeps for read-your-writes; past them, every tenant waits
+
+
+log = logging.getLogger(__name__)
 
 
 class MemorySystem:
@@ -89,9 +93,12 @@ class MemorySystem:
 
             before = migrate.current(dsn)
             migrate.upgrade(dsn, memory_types=cfg.memory_types, use_age=cfg.use_age)
-            if before is not None and before < vector_indexes.SHARED_HNSW_DROPPED and cfg.vector_exact_max_rows > 0:
+            if before is not None and int(before) < int(vector_indexes.SHARED_HNSW_DROPPED):
                 # the shards' shared HNSW index is gone (0016): large tenants get their own now
-                vector_indexes.sync(dsn, cfg.vector_exact_max_rows)
+                try:
+                    vector_indexes.sync(dsn, cfg.vector_exact_max_rows)
+                except SyncRunning:
+                    log.warning("another vector-index sync is running; it builds the large tenants' indexes")
         return dsn
 
     def _read_router(self) -> ReadRouter:

@@ -83,7 +83,7 @@ def stored(config: Config):
         s.close()
 
 
-@pytest.mark.parametrize("exact_max_rows", [10_000, 0], ids=["exact search", "HNSW"])
+@pytest.mark.parametrize("exact_max_rows", [10_000, 0], ids=["exact search", "the vector worker (bound 0)"])
 def test_v3_in_one_statement_gives_what_the_two_statements_give(stored, monkeypatch, exact_max_rows):
     system, ids, rng = stored(vector_exact_max_rows=exact_max_rows)
     for vector in unit(rng, 8):

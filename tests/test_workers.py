@@ -16,6 +16,7 @@ from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.core.text import tokenize
 from memoria_pg.core.types import ProcessedQuery, Shard, SourceHit
+from memoria_pg.db import vector_indexes
 from memoria_pg.query.shards import ALL
 from memoria_pg.query.workers import DEFAULT_WORKERS as WORKERS
 from memoria_pg.query.workers import WorkerContext
@@ -122,9 +123,18 @@ def test_vector_limit_above_ef_search_is_honoured(config):
         system.store_many(
             [{"content": f"bulk {i}", "tenant": "t", "embedding": v} for i, v in enumerate(vecs)], batch_size=1500
         )
-        with psycopg.connect(config.dsn, autocommit=True) as conn:
-            conn.execute("ANALYZE memoria.memories")
-        hits = run(system, VectorWorker(), processed("bulk"), embedding=unit_vectors(1, seed=12)[0], limit=60)
+        # the tenant's own HNSW index (the only kind since migration 0016); the sync analyzes
+        assert [a.action for a in system.sync_vector_indexes()] == ["build"]
+        query = unit_vectors(1, seed=12)[0]
+        ctx = WorkerContext(
+            query=processed("bulk"), embedding=query, shards=(ALL,), limit=60, graph_limit=10, graph_depth=1,
+            config=system.config,
+        )  # fmt: skip
+        with system.db.transaction("t") as conn:
+            ((text, params),) = VectorWorker().statements_for(conn, ctx)
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + text, params))
+        assert "Index Scan using memories_vec_" in plan, plan  # the graph, not a sort of all 1,500
+        hits = run(system, VectorWorker(), processed("bulk"), embedding=query, limit=60)
     assert len(hits) == 60
 
 
@@ -212,6 +222,8 @@ def test_a_typed_shard_prunes_partitions_on_a_generic_plan(system, vectors, name
 
 @pytest.mark.parametrize("shards", [(ALL,), (Shard("general"), Shard("fact"))])
 def test_vector_exact_and_hnsw_searches_agree(system, vectors, shards):
+    # every (tenant, type) its own HNSW index (vector_exact_max_rows 0), so the HNSW form walks a graph
+    assert {a.action for a in vector_indexes.sync(system.dsn, 0)} == {"build"}
     ids = list(vectors)
     query = vectors[ids[3]] + 0.5 * vectors[ids[11]]
     both = [

@@ -9,6 +9,7 @@ import click
 from ..core import validation
 from ..db import connect, redact_dsn
 from ..db import embedded as server
+from ..errors import SyncRunning
 from .base import cli, config_of, data_dir_for, dsn_for, open_system
 
 
@@ -107,10 +108,11 @@ def db_upgrade(ctx: click.Context, revision: str, vector_indexes: bool) -> None:
     migrate.upgrade(dsn, revision, memory_types=cfg.memory_types, use_age=cfg.use_age)
     now = migrate.current(dsn)
     click.echo(f"schema at {now}")
-    if vector_indexes and cfg.vector_exact_max_rows > 0 and (now or "") >= indexes.REGISTRY_SINCE:
-        for a in indexes.sync(dsn, cfg.vector_exact_max_rows):
-            if a.action != "keep":
-                click.echo(a.line(), err=True)
+    if vector_indexes and now is not None and int(now) >= int(indexes.REGISTRY_SINCE):
+        try:
+            indexes.sync(dsn, cfg.vector_exact_max_rows, progress=lambda a: click.echo(a.line(), err=True))
+        except SyncRunning as exc:  # the migration stands; the other sync builds them
+            click.echo(f"vector indexes not synced: {exc}", err=True)
 
 
 @db_group.command("downgrade")

@@ -76,7 +76,7 @@ def ingest(
                 body(), batch_size=batch_size, progress=bar.update, wheres=_lazy(wheres), return_ids=False
             )
         elapsed = time.perf_counter() - t0
-        if vector_indexes and cfg.vector_exact_max_rows > 0 and result.inserted:
+        if vector_indexes and result.inserted:
             system.sync_vector_indexes(progress=lambda a: click.echo(a.line(), err=True))
     total = result.inserted + result.duplicates
     click.echo(

@@ -142,8 +142,9 @@ class Database:
         conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(self._statement_timeout_ms),))
         conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(self._ef_search),))
         # Worker statements filter shards with "%(memory_type)s IS NULL OR memory_type = ...": only a
-        # custom plan prunes partitions; a cached generic plan walks every partition's HNSW index
-        # (many times slower: README, "Why these defaults"), and psycopg prepares statements after
+        # custom plan prunes partitions; a cached generic plan walked every partition's HNSW index
+        # (many times slower: README, "Why these defaults"; a custom plan is also the only one that
+        # takes a tenant's own HNSW index, db/vector_indexes.py), and psycopg prepares statements after
         # a few executions.
         conn.execute("SET plan_cache_mode = force_custom_plan")
         # No JIT: every statement here is bounded (a few ms), but estimates can multiply past

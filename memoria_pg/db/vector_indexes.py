@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable
 import psycopg
 from psycopg import sql
 
-from ..errors import ServerError, SyncRunning
+from ..errors import SyncRunning
 from .database import connect
 
 PREFIX = "memories_vec_"
@@ -104,7 +104,8 @@ def index_name(tenant: str, memory_type: str) -> str:
 
 def plan(conn: psycopg.Connection, min_rows: int, tenants: Iterable[str] | None = None) -> list[Action]:
     """What sync would do: a build for each (tenant, type) above `min_rows` memories without a usable
-    index, a drop for each recorded one whose rows fell below half of it, a keep for the rest."""
+    index, a drop for each recorded one whose rows fell below half of it (or to none), a keep for the rest."""
+    floor = max(1, min_rows // 2)
     wanted = None if tenants is None else sorted(set(tenants))
     sizes = {(t, mt): int(n) for t, mt, n in conn.execute(_SIZES, {"tenants": wanted}).fetchall()}
     recorded = {(t, mt): (name, bool(usable)) for t, mt, name, usable in conn.execute(_RECORDED, {"tenants": wanted})}
@@ -113,7 +114,7 @@ def plan(conn: psycopg.Connection, min_rows: int, tenants: Iterable[str] | None 
         tenant, memory_type = key
         rows = sizes.get(key, 0)
         name, usable = recorded.get(key, (index_name(tenant, memory_type), False))
-        if key in recorded and rows < min_rows // 2:
+        if key in recorded and rows < floor:
             actions.append(Action(tenant, memory_type, rows, "drop", name))
         elif rows > min_rows or key in recorded:
             actions.append(Action(tenant, memory_type, rows, "keep" if usable else "build", name))
@@ -130,12 +131,8 @@ def sync(
 ) -> list[Action]:
     """Build the missing per-tenant HNSW indexes and drop those no longer needed (module docstring);
     `dsn`: a user that owns the memoria tables (the one that runs the migrations). With `min_rows`
-    <= 0 the vector worker never searches exactly, so every tenant would qualify: refused."""
-    if min_rows <= 0:
-        raise ServerError(
-            "per-tenant vector indexes follow vector_exact_max_rows, which is 0 (HNSW for every tenant): "
-            "set it above 0 to give the tenants above it an index of their own"
-        )
+    0 (vector_exact_max_rows 0: the vector worker never searches exactly) every (tenant, memory type)
+    with a memory gets one."""
     with connect(dsn, autocommit=True) as conn:
         if not dry_run and not conn.execute(_LOCK).fetchone()[0]:  # type: ignore[index]
             raise SyncRunning(

@@ -554,9 +554,8 @@ class QueryPipeline:
         rows = tenant_rows(conn) if rows is None else rows
         if bound > 0 and exact_search(rows, ALL_SHARD, bound):
             return None
-        conn.execute("SELECT set_config('plan_cache_mode', 'force_custom_plan', true)")
         worker = self.registry["vector"]()
-        return self._v3_worker_retrieval(conn, worker, query, vector, rows, top_k, diag, embeddings, custom=True)
+        return self._v3_worker_retrieval(conn, worker, query, vector, rows, top_k, diag, embeddings)
 
     def _v3_worker_retrieval(
         self,
@@ -568,24 +567,27 @@ class QueryPipeline:
         top_k: int,
         diag: Diagnostics,
         embeddings: bool,
-        *,
-        custom: bool = False,
     ) -> Retrieval:
-        """V3 through a vector worker's run: its hits, then the final CTE on them (on its generic plan:
-        `custom`, the worker ran on custom plans, which are switched back first)."""
+        """V3 through a vector worker's run: its hits, then the final CTE on them, on its generic plan.
+        The transaction's statements run on generic plans; a worker that wants custom ones (the vector
+        worker's HNSW form: only a custom plan naming the tenant takes the tenant's own index) gets
+        them for its run. `database_ms` adds the final CTE's time to what it holds (V3's statement)."""
         ctx = self._v3_context(query, vector, rows, top_k)
+        custom = not worker.plans_generic(ctx)
         t0 = time.perf_counter()
+        if custom:
+            conn.execute("SELECT set_config('plan_cache_mode', 'force_custom_plan', true)")
         vector_hits = worker.run(conn, ctx)
-        diag.retrieval_ms = _ms(t0)
-        t1 = time.perf_counter()
         if custom:
             conn.execute("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
+        diag.retrieval_ms = _ms(t0)
+        t1 = time.perf_counter()
         self.read_db.renew_budget(conn)
         candidates = build_candidates(
             conn, {"vector": vector_hits}, self.registry, validity=query.validity, embeddings=embeddings,
             **self._fusion(),
         )  # fmt: skip
-        diag.database_ms = _ms(t1)
+        diag.database_ms += _ms(t1)
         return self._v3_retrieval(query, V3Result(candidates, len(vector_hits), None), diag)
 
     def _v3_statement(

@@ -154,7 +154,7 @@ async def _sync_vector_indexes(memory: AsyncMemorySystem, every_seconds: float) 
     grown past vector_exact_max_rows gets its own HNSW index without an administrator. Another sync
     running (a second worker process, an administrator's) skips a round; a DSN that may not build
     indexes (not the tables' owner) stops it, with one warning."""
-    if every_seconds <= 0 or memory.system.config.vector_exact_max_rows <= 0:
+    if every_seconds <= 0:
         return
     while True:
         try:

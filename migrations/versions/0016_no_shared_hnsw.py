@@ -4,10 +4,12 @@
 stored paid its insert (a graph search, then up to 2m neighbour lists rewritten, each its own WAL
 record), although since 0004 a tenant with at most vector_exact_max_rows memories in a type is
 searched there exactly and never reads it, and since 0015 a tenant above the bound searches the graph
-of its own vectors that `memoria-pg db vector-indexes` builds. Its one remaining reader was a large
-tenant between its growth past the bound and the next sync; that tenant's HNSW statement now runs as
-an exact search (the planner's only path: the covering index of 0004, then a sort), with no recall
-loss, until the sync gives it its own graph. `memoria-pg db upgrade` runs that sync right after this
+of its own vectors that `memoria-pg db vector-indexes` builds. Its remaining readers were V3's one
+statement (on a generic plan, which cannot take a tenant's own index) for large tenants, and a large
+tenant without its own graph (grown past the bound since the last sync, a deployment that never
+syncs, vector_exact_max_rows 0). Such a tenant's HNSW statement now runs as an exact search (the
+planner's only path: the covering index of 0004, then a sort), with no recall loss, until the sync
+gives it its own graph; V3 searches a large tenant with the vector worker. `memoria-pg db upgrade` runs that sync right after this
 migration, and `memoria-pg serve` and `memoria-pg ingest` keep it up to date (README, "Scale and
 latency").
 
