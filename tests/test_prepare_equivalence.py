@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from memoria_pg.core import entities, text
 from memoria_pg.core.types import MemoryRecord
 from memoria_pg.ingest.records import RecordRules, prepare
+from tests.extraction_reference import attributes_with
 
 # --- references: the definitions as they were ------------------------------------------------------
 
@@ -39,18 +40,7 @@ ORIGINAL_PATTERNS = [(re.compile(_original(p)), a) for p, a in entities.ATTRIBUT
 
 def original_attributes(text: str, speaker: str | None) -> list[tuple[str, str, str]]:
     """extract_attributes with the original subjects, every pattern run on every text."""
-    taken: list[tuple[int, int]] = []
-    found: list[tuple[int, tuple[str, str, str]]] = []
-    for pattern, attribute in ORIGINAL_PATTERNS:
-        for m in pattern.finditer(text):
-            if any(m.start() < end and start < m.end() for start, end in taken):
-                continue
-            triple = entities._triple(m, attribute, speaker)
-            if triple is not None:
-                taken.append((m.start(), m.end()))
-                found.append((m.start(), triple))
-    found.sort(key=lambda item: item[0])
-    return list(dict.fromkeys(triple for _, triple in found))
+    return attributes_with(ORIGINAL_PATTERNS, text, speaker)
 
 
 def original_entity_key(name: str) -> str:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from memoria_pg.core import entities
 from memoria_pg.query import processor
+from tests.extraction_reference import attributes_with
 
 # The value expression as it was: a lazy run of characters up to _VALUE_END, tested at every one.
 ORIGINAL_VALUE = rf"(?P<value>[^.;!?\n\"“”]+?){entities._VALUE_END}"
@@ -24,18 +25,7 @@ ORIGINAL_PATTERNS = [
 
 
 def original_attributes(text: str, speaker: str | None) -> list[tuple[str, str, str]]:
-    taken: list[tuple[int, int]] = []
-    found: list[tuple[int, tuple[str, str, str]]] = []
-    for pattern, attribute in ORIGINAL_PATTERNS:
-        for m in pattern.finditer(text):
-            if any(m.start() < end and start < m.end() for start, end in taken):
-                continue
-            triple = entities._triple(m, attribute, speaker)
-            if triple is not None:
-                taken.append((m.start(), m.end()))
-                found.append((m.start(), triple))
-    found.sort(key=lambda item: item[0])
-    return list(dict.fromkeys(triple for _, triple in found))
+    return attributes_with(ORIGINAL_PATTERNS, text, speaker)
 
 
 def original_quoted(text: str) -> list[str]:
