@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from memoria_pg import Config, InputError, MemoryRecord, MemorySystem, embed_memories, normalize
-from memoria_pg.db import vector_indexes
 from memoria_pg.query.workers.registry import DEFAULT_WORKERS, NO_SHIFT
 
 from . import beir, locomo, longmemeval
@@ -333,7 +332,7 @@ def _run_sql(
                 )
             if overrides.get("vector_exact_max_rows") == 0:
                 # HNSW forced: every (tenant, type) gets the HNSW index of its own the search needs
-                vector_indexes.sync(system.dsn, 1)
+                target.sync_vector_indexes()
             reset_access_counts(target, dataset.tenants)
             run, stats = run_queries(target, conf, dataset, query_vectors, depth)
     except Unavailable as exc:

@@ -93,7 +93,7 @@ class MemorySystem:
 
             before = migrate.current(dsn)
             migrate.upgrade(dsn, memory_types=cfg.memory_types, use_age=cfg.use_age)
-            if before is not None and int(before) < int(vector_indexes.SHARED_HNSW_DROPPED):
+            if before is not None and int(before) < vector_indexes.SHARED_HNSW_DROPPED:
                 # the shards' shared HNSW index is gone (0016): large tenants get their own now
                 try:
                     vector_indexes.sync(dsn, cfg.vector_exact_max_rows)

@@ -108,7 +108,7 @@ def db_upgrade(ctx: click.Context, revision: str, vector_indexes: bool) -> None:
     migrate.upgrade(dsn, revision, memory_types=cfg.memory_types, use_age=cfg.use_age)
     now = migrate.current(dsn)
     click.echo(f"schema at {now}")
-    if vector_indexes and now is not None and int(now) >= int(indexes.REGISTRY_SINCE):
+    if vector_indexes and now is not None and int(now) >= indexes.REGISTRY_SINCE:
         try:
             indexes.sync(dsn, cfg.vector_exact_max_rows, progress=lambda a: click.echo(a.line(), err=True))
         except SyncRunning as exc:  # the migration stands; the other sync builds them

@@ -40,8 +40,8 @@ from ..errors import SyncRunning
 from .database import connect
 
 PREFIX = "memories_vec_"
-REGISTRY_SINCE = "0015"  # the schema revision that added memoria.vector_indexes
-SHARED_HNSW_DROPPED = "0016"  # and the one that dropped the shards' shared HNSW index
+REGISTRY_SINCE = 15  # the schema revision (0015) that added memoria.vector_indexes
+SHARED_HNSW_DROPPED = 16  # and the one (0016) that dropped the shards' shared HNSW index
 # pg_try_advisory_lock key of a sync: one per database
 _LOCK = "SELECT pg_try_advisory_lock(hashtextextended('memoria.vector_indexes', 0))"
 _UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('memoria.vector_indexes', 0))"

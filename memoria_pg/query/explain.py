@@ -14,8 +14,7 @@ from .candidates import v3_statement
 from .diagnostics import Diagnostics
 from .pipeline import QueryPipeline
 from .response import QueryResponse
-from .shards import ALL, tenant_rows
-from .workers.vector import exact
+from .shards import tenant_rows
 
 
 def _shown(value: Any) -> Any:
@@ -80,14 +79,14 @@ def _v3_plan(pipeline: QueryPipeline, query: ProcessedQuery, d: Diagnostics) -> 
     out = [head, *_statement_plan(pipeline, query.tenant, text, params, generic_plans=True)]
     with pipeline.db.transaction(query.tenant) as conn:
         rows = tenant_rows(conn)
-    if cfg.vector_exact_max_rows <= 0 or not exact(rows, ALL, cfg.vector_exact_max_rows):
+        if not pipeline.v3_above_bound(rows):
+            return out
         # above the exact bound the statement answers nothing: the vector worker searched the tenant
-        out.append("\n== the tenant is above vector_exact_max_rows: the vector worker's search, then the final CTE")
         ctx = pipeline._v3_context(query, vector, rows, d.returned_count)
-        with pipeline.db.transaction(query.tenant) as conn:
-            statements = pipeline.registry["vector"]().statements_for(conn, ctx)
-        for statement, statement_params in statements:
-            out.extend(_statement_plan(pipeline, query.tenant, statement, statement_params))
+        statements = pipeline.registry["vector"]().statements_for(conn, ctx)
+    out.append("\n== the tenant is above vector_exact_max_rows: the vector worker's search, then the final CTE")
+    for statement, statement_params in statements:
+        out.extend(_statement_plan(pipeline, query.tenant, statement, statement_params))
     return out
 
 

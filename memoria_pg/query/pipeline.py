@@ -550,12 +550,17 @@ class QueryPipeline:
         VectorWorker.split_search), on custom plans, which alone can take a per-tenant index, then the final
         CTE runs on its hits. None when the tenant is within the bound (the statement's empty answer
         stands). `rows`: the tenant's memories per type, read here when None."""
-        bound = self.config.vector_exact_max_rows
         rows = tenant_rows(conn) if rows is None else rows
-        if bound > 0 and exact_search(rows, ALL_SHARD, bound):
+        if not self.v3_above_bound(rows):
             return None
         worker = self.registry["vector"]()
         return self._v3_worker_retrieval(conn, worker, query, vector, rows, top_k, diag, embeddings)
+
+    def v3_above_bound(self, rows: Mapping[str, int]) -> bool:
+        """Whether V3's one statement leaves the tenant (its memories per type: `rows`) to the vector
+        worker: above vector_exact_max_rows (sql/v3_search.sql's rule), or always when it is 0."""
+        bound = self.config.vector_exact_max_rows
+        return bound <= 0 or not exact_search(rows, ALL_SHARD, bound)
 
     def _v3_worker_retrieval(
         self,
