@@ -120,10 +120,12 @@ class AsyncMemorySystem:
         trace: bool | None = None,
         as_of: Any = None,
         include_invalid: bool = False,
+        candidates: bool = True,
         **options: Any,
     ) -> QueryResponse:
         """MemorySystem.query (same options and diagnostics: `as_of` answers as of that time,
-        `include_invalid` keeps invalidated memories; `options` passes newer ones through)."""
+        `include_invalid` keeps invalidated memories, `candidates=False` returns no candidate list beyond
+        the memories; `options` passes newer ones through)."""
         return await self.run(
             lambda s: s.query(
                 text,
@@ -137,6 +139,7 @@ class AsyncMemorySystem:
                 trace=trace,
                 as_of=as_of,
                 include_invalid=include_invalid,
+                candidates=candidates,
                 **options,
             )
         )

@@ -374,8 +374,13 @@ class MemorySystem:
         trace: bool | None = None,
         as_of: Any = None,
         include_invalid: bool = False,
+        candidates: bool = True,
     ) -> QueryResponse:
-        """Retrieve memories for `text` through the V4 path (or V3 when disabled)."""
+        """Retrieve memories for `text` through the V4 path (or V3 when disabled).
+
+        `candidates=False`: the response's `candidates` need not hold every candidate, only what it
+        returns; a V4 retrieval-only query (ranking off, no cross-encoder, no trace) then reads only the
+        rows of the memories it can return, the same ones, in the same order."""
         cfg = self.config
         request = QueryRequest(
             text=text,
@@ -389,6 +394,7 @@ class MemorySystem:
             trace=cfg.enable_tracing if trace is None else trace,
             as_of=None if as_of is None else validation.moment(as_of, "as_of"),
             include_invalid=bool(include_invalid),
+            candidates=bool(candidates),
         )
         return self.pipeline.run(request)
 

@@ -152,6 +152,7 @@ def query(
             workers=worker_list,
             ranking=ranking,
             v4=False if v3 else None,
+            candidates=explain,  # only --explain shows more than the memories returned
         )
         if as_json:
             click.echo(json.dumps(response.as_dict(), indent=2, default=str))

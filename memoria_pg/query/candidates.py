@@ -57,11 +57,13 @@ def final_cte_params(
     validity: Validity = VALID_NOW,
     embeddings: bool = True,
     scored: Sequence[tuple[SourceHit, float]] | None = None,
+    fetch: int | None = None,
+    prefer_type: str | None = None,
 ) -> dict[str, Any]:
     """The final CTE's parameters: every hit as parallel arrays, and each source's weight and
     score direction as the registry declares them (`weights` overrides the declared ones), and the
     registry's per-query weight shift (ConfidenceShift). `scored`: fused_scores(hits), if the caller
-    has it."""
+    has it. `fetch`: read only the first that many rows, those of `prefer_type` first (None: all)."""
     weights = dict(registry.weights(method) if weights is None else weights)
     if scored is None:
         scored = fused_scores(hits, registry)
@@ -83,6 +85,8 @@ def final_cte_params(
         "as_of": validity.as_of,
         "include_invalid": validity.include_invalid,
         "embeddings": embeddings,
+        "fetch": fetch,
+        "prefer_type": prefer_type,
     }
 
 
@@ -138,12 +142,22 @@ def candidate_statement(
     method: str = "score",
     validity: Validity = VALID_NOW,
     embeddings: bool = True,
+    fetch: int | None = None,
+    prefer_type: str | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The final CTE (sql/final_candidates.sql) and its parameters for these hits."""
     params = final_cte_params(
-        hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity, embeddings=embeddings
-    )
+        hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity, embeddings=embeddings,
+        fetch=fetch, prefer_type=prefer_type,
+    )  # fmt: skip
     return load_sql("final_candidates"), params
+
+
+class Candidates(list[CandidateRecord]):
+    """The final CTE's candidates in the order it returned them, and `total`: how many there are,
+    including those a `fetch` limit left unread."""
+
+    total: int = 0
 
 
 def build_candidates(
@@ -157,24 +171,55 @@ def build_candidates(
     method: str = "score",
     validity: Validity = VALID_NOW,
     embeddings: bool = True,
-) -> list[CandidateRecord]:
+    fetch: int | None = None,
+    prefer_type: str | None = None,
+) -> Candidates:
     """Merge, deduplicate, fuse (`method`: "score" or "rrf"), cap and fetch in one statement; every
     candidate keeps its per-source scores. Memories not valid at the query time are left out.
-    `embeddings` false: the candidates come without their vectors (None), which only ranking reads."""
+    `embeddings` false: the candidates come without their vectors (None), which only ranking reads.
+
+    `fetch` (a retrieval-only query that returns `fetch` memories and no candidate list): only the
+    rows that can be among them are read, those of the type filter's `prefer_type` first. What it
+    returns then holds, in retrieval order after the type filter, the same first `fetch` candidates as
+    the whole list would: where that cannot be told from the rows read (a candidate left out could
+    overtake one read, see _order_holds), or a superseded fact may be moved (prefer_current_facts),
+    every row is read."""
     if not any(hits.values()):
-        return []
+        return Candidates()
     scored = fused_scores(hits, registry)
+    if fetch is not None and any(h.detail.get("current") == 0 for h in hits.get("attribute", ())):
+        fetch = None  # prefer_current_facts may move a stale fact below a current one read anywhere
     params = final_cte_params(
         hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity,
-        embeddings=embeddings, scored=scored,
+        embeddings=embeddings, scored=scored, fetch=fetch, prefer_type=prefer_type,
     )  # fmt: skip
     found = _found(scored)
     # Binary results: 200 embeddings arrive as raw float32 instead of 76,800 numbers printed and
     # parsed back (the text parse was most of this statement's time). Same values: the SQL sends
     # `importance` as text, because a binary real is its float32 value, not the decimal it prints.
-    rows = _fetch(conn, native(load_sql("final_candidates"), "sql/final_candidates.sql"), params)
+    statement = native(load_sql("final_candidates"), "sql/final_candidates.sql")
+    rows = _fetch(conn, statement, params)
+    if fetch is not None and not _order_holds(rows, prefer_type):
+        rows = _fetch(conn, statement, {**params, "fetch": None})
     names = registry.score_names()
-    return [_candidate(row, found[row["memory_id"]], names) for row in rows]
+    out = Candidates(_candidate(row, found[row["memory_id"]], names) for row in rows)
+    out.total = int(rows[0]["candidate_total"]) if rows else 0
+    return out
+
+
+def _order_holds(rows: Sequence[Mapping[str, Any]], prefer_type: str | None) -> bool:
+    """Whether the first rows of the final CTE (`fetch` of them, the preferred type first) are the
+    first of the retrieval order the caller makes of the whole list (retrieval_order, then the type
+    filter). The final CTE orders by fused score; retrieval_order agrees, except that a candidate with
+    no positive score ranks by ZERO_SCORE_SCALE x its inverse distance, at most ZERO_SCORE_SCALE: such
+    a candidate left unread could overtake a read one whose score is not above that. So the order holds
+    when every row of the filter's set was read, or the last one read scores above ZERO_SCORE_SCALE."""
+    if not rows:
+        return True
+    preferred = int(rows[0]["preferred_total"])
+    kept = [r for r in rows if r["memory_type"] == prefer_type] if preferred else list(rows)
+    total = preferred or int(rows[0]["candidate_total"])
+    return len(kept) >= total or (bool(kept) and float(kept[-1]["retrieval_score"]) > ZERO_SCORE_SCALE)
 
 
 def _fetch(conn: psycopg.Connection, statement: NativeStatement, params: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -327,10 +372,16 @@ def filter_by_type(candidates: list[CandidateRecord], hint: str | None) -> tuple
     return (matching, True) if matching else (candidates, False)
 
 
+# The weight of a candidate's inverse distance in retrieval order when its fused score is not positive
+# (its sources have no weight, e.g. only the graph worker found it): it then ranks after nearly every
+# scored candidate (a fused score is at least a source's weight / its list's length).
+ZERO_SCORE_SCALE = 1e-3
+
+
 def retrieval_order(candidates: list[CandidateRecord]) -> list[CandidateRecord]:
     """Retrieval-only mode: the retrieval score, falling back to inverse distance."""
     for c in candidates:
-        c.final_score = c.retrieval_score if c.retrieval_score > 0 else c.base_score * 1e-3
+        c.final_score = c.retrieval_score if c.retrieval_score > 0 else c.base_score * ZERO_SCORE_SCALE
     return sorted(candidates, key=lambda c: (-c.final_score, -c.base_score, c.memory_id))
 
 

@@ -33,6 +33,7 @@ from ..db.replicas import ReadRouter, ReadTarget, Replica, ReplicaFailed, lsn_te
 from ..errors import MemoriaError
 from ..ranking import RankingStage
 from .candidates import (
+    Candidates,
     V3Result,
     build_candidates,
     build_v3_candidates,
@@ -77,6 +78,7 @@ class QueryRequest:
     trace: bool = False
     as_of: dt.datetime | None = None  # answer as of this time (None: now)
     include_invalid: bool = False  # also memories invalidated by then
+    candidates: bool = True  # the response carries every candidate (False: only what it returns)
 
 
 @dataclass
@@ -294,7 +296,7 @@ class QueryPipeline:
         if diag.relevance_fast_path:
             names = []
         hits.update(self.run_workers(names, ctx, diag))
-        return self.finish_retrieval(query, route, hits, t0, diag, embeddings=self.ranks(request))
+        return self.finish_retrieval(query, route, hits, t0, diag, request)
 
     def retrieve_overlapped(
         self,
@@ -329,11 +331,11 @@ class QueryPipeline:
         diag.embedding_overlapped = True
         if not names:
             running.finish()
-            return self.finish_retrieval(query, route, self._no_workers(diag), t0, diag, embeddings=self.ranks(request))
+            return self.finish_retrieval(query, route, self._no_workers(diag), t0, diag, request)
         result = running.finish()
         result.states = {name: result.states[name] for name in names}  # the route's order, as submitted
         hits = self._record(result, db, diag)
-        return self.finish_retrieval(query, route, dict(hits), t0, diag, embeddings=self.ranks(request))
+        return self.finish_retrieval(query, route, dict(hits), t0, diag, request)
 
     def finish_retrieval(
         self,
@@ -342,13 +344,16 @@ class QueryPipeline:
         hits: dict[str, list[SourceHit]],
         t0: float,
         diag: Diagnostics,
-        *,
-        embeddings: bool = True,
+        request: QueryRequest,
     ) -> Retrieval:
         """After the workers: the final CTE, current facts first, the cross-encoder and the type filter."""
         diag.worker_hits = {k: len(v) for k, v in hits.items()}
         diag.retrieval_ms = _ms(t0)
-        candidates = retrieval_order(self.candidates(hits, query.tenant, diag, query.validity, embeddings=embeddings))
+        found = self.candidates(
+            hits, query.tenant, diag, query.validity, embeddings=self.ranks(request),
+            fetch=self.fetch_limit(request), prefer_type=query.memory_type_hint,
+        )  # fmt: skip
+        candidates = retrieval_order(found)
         candidates = prefer_current_facts(candidates)
         candidates = self.cross_encode(query, candidates, diag)
         candidates, diag.type_filter_applied = filter_by_type(candidates, query.memory_type_hint)
@@ -450,17 +455,33 @@ class QueryPipeline:
         validity: Validity = VALID_NOW,
         *,
         embeddings: bool = True,
-    ) -> list[CandidateRecord]:
+        fetch: int | None = None,
+        prefer_type: str | None = None,
+    ) -> Candidates:
         """Merge, dedup, fuse, cap and fetch in the final CTE (on its cached generic plan); without
-        `embeddings` the candidates carry no vectors (a retrieval-only query: only ranking reads them)."""
+        `embeddings` the candidates carry no vectors (a retrieval-only query: only ranking reads them);
+        with `fetch`, only the rows that can be among the first `fetch` after the type filter
+        (`prefer_type`) are read (build_candidates)."""
         t0 = time.perf_counter()
         with self.read_db.transaction(tenant, generic_plans=True) as conn:
             candidates = build_candidates(
-                conn, hits, self.registry, validity=validity, embeddings=embeddings, **self._fusion()
-            )
+                conn, hits, self.registry, validity=validity, embeddings=embeddings, fetch=fetch,
+                prefer_type=prefer_type, **self._fusion(),
+            )  # fmt: skip
         diag.database_ms = _ms(t0)
-        diag.candidate_count = len(candidates)
+        diag.candidate_count = candidates.total
         return candidates
+
+    def fetch_limit(self, request: QueryRequest) -> int | None:
+        """How many candidate rows the final CTE reads: every one (None), unless nothing reads more
+        than the top_k it returns: a retrieval-only query (no ranking, no cross-encoder) whose caller
+        asked for no candidate list (query(..., candidates=False)) and no trace."""
+        cfg = self.config
+        if request.candidates or request.trace or self.ranks(request):
+            return None
+        if cfg.enable_cross_encoder and cfg.cross_encoder_model:
+            return None
+        return request.top_k
 
     def candidate_statement(
         self, hits: Mapping[str, Sequence[SourceHit]], validity: Validity = VALID_NOW

@@ -210,7 +210,9 @@ def _add_recall(server: MCPServer, memory: Callable[[], AsyncMemorySystem], tena
         top_k: Annotated[int, Field(ge=1, le=50, description="How many memories to return")] = 5,
     ) -> Recall:
         try:
-            response = await memory().query(query, tenant=tenant_of(ctx), memory_type=memory_type, top_k=top_k)
+            response = await memory().query(
+                query, tenant=tenant_of(ctx), memory_type=memory_type, top_k=top_k, candidates=False
+            )
         except MemoriaError as exc:
             raise ToolError(str(exc)) from exc
         return Recall(memories=[recalled(c) for c in response.memories])
