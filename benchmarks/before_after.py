@@ -19,6 +19,7 @@ upgrade one copy), so a schema change is compared side by side on the same rows.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import statistics
@@ -33,6 +34,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 MODES = {
     "v4": "V4 retrieval-only",
+    # What a caller that reads only the memories gets: query(..., candidates=False) where the library has
+    # it (since 7530bf1: the final CTE reads only the rows it can return), else the same as "v4".
+    "v4lean": "V4 retrieval-only, no candidate list",
     "v3": "V3",
     "ranked": "V4 with ranking",
     "v3ranked": "V3 with ranking (V3 as by default)",
@@ -88,6 +92,7 @@ def serve(dsn: str, n: int, locomo: str | None = None) -> None:
         embed = library.hash_embed()
         vectors = [embed(q.text) for q in queries]
     with MemorySystem(config, auto_migrate=False) as system:
+        lean = {"candidates": False} if "candidates" in inspect.signature(system.query).parameters else {}
         print(json.dumps({"ready": True}), flush=True)
         for line in sys.stdin:
             i, mode = line.split()
@@ -102,6 +107,7 @@ def serve(dsn: str, n: int, locomo: str | None = None) -> None:
                 ranking=mode in ("ranked", "v3ranked"),
                 v4=mode not in ("v3", "v3ranked"),
                 embedding=None if mode == "e2e" else vectors[int(i)],
+                **(lean if mode == "v4lean" else {}),
             )
             d = result.diagnostics
             client_ms = (time.process_time() - c0) * 1000

@@ -24,11 +24,12 @@
 --            chosen by leave-one-set-out over the five dev sets (README, "Fusion"; benchmarks/fusion_lab.py). No labels, no state:
 --            one aggregate over the hits, so the statement costs what it did.
 --   'rrf':   sum over sources of weight / (rrf_k + rank) for ranks <= %(depth)s (weights as declared).
--- Rows: every capped candidate valid at the query time, or with %(fetch)s only the first that many, the
--- memories of type %(prefer_type)s first (the type filter keeps only those when there is one): a
--- retrieval-only query that returns top_k memories and no candidate list reads no more (query(...,
--- candidates=False)). Each row carries the number of candidates and of those of the preferred type, so
--- the caller knows what was left out (candidates.fetch_candidates checks that its order holds).
+-- Rows: every capped candidate valid at the query time, in retrieval order. A retrieval-only query that
+-- returns top_k memories and no candidate list (query(..., candidates=False)) runs this statement with
+-- two counts added and its last line replaced (candidates._TOP_EDITS): its first `fetch` rows only, the
+-- preferred type's first (the type filter keeps only those when there is one), each row with the number
+-- of candidates and of those of that type, so that the caller knows what it left unread
+-- (candidates._order_holds). Not here: the counts' window spools every row (0.5 ms at 100 rows).
 -- Validity (migration 0010): memories invalidated by the query time (%(as_of)s, or now) are left out,
 -- and with %(as_of)s those that did not hold yet; %(include_invalid)s keeps every one.
 WITH hits AS (
@@ -87,8 +88,6 @@ WITH hits AS (
 -- (candidates.py), so only the fused score comes back. V3 runs everything after the hits CTE on its
 -- own hits (sql/v3_search.sql) and extends the SELECT list and the LATERAL line (candidates.py, _V3_EDITS).
 SELECT m.id AS memory_id, ch.fused[o.pos] AS retrieval_score,
-       count(*) OVER () AS candidate_total,
-       count(*) FILTER (WHERE m.memory_type = %(prefer_type)s::text) OVER () AS preferred_total,
        m.tenant, m.memory_type, m.content, m.metadata,
        m.importance::text AS importance,  -- as printed: the result is fetched in binary (candidates.py)
        -- the times clamped to what a datetime holds in any session time zone, so that the client reads
@@ -107,5 +106,4 @@ WHERE m.tenant = current_setting('memoria.tenant')
   AND (%(include_invalid)s::boolean
        OR ((m.valid_to IS NULL OR m.valid_to > coalesce(%(as_of)s::timestamptz, now()))
            AND (%(as_of)s::timestamptz IS NULL OR coalesce(m.valid_from, m.created_at) <= %(as_of)s::timestamptz)))
-ORDER BY m.memory_type IS DISTINCT FROM %(prefer_type)s::text, o.pos
-LIMIT %(fetch)s::bigint
+ORDER BY o.pos

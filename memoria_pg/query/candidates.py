@@ -43,6 +43,20 @@ _V3_EDITS = (
     ),
 )
 _HIT_ARRAYS = ("ids", "types", "sources", "ranks", "scores")  # the hits' parameters: V3 has none
+# How the final CTE reads only its first %(fetch)s rows (build_candidates' `fetch`): the preferred type's
+# first, each row with the number of candidates and of those of that type (_order_holds reads them).
+_FIRST_SELECT = "SELECT m.id AS memory_id, ch.fused[o.pos] AS retrieval_score,\n"
+_TOP_EDITS = (
+    (
+        _FIRST_SELECT,
+        _FIRST_SELECT + "       count(*) OVER () AS candidate_total,\n"
+        "       count(*) FILTER (WHERE m.memory_type = %(prefer_type)s::text) OVER () AS preferred_total,\n",
+    ),
+    (
+        "\nORDER BY o.pos\n",
+        "\nORDER BY m.memory_type IS DISTINCT FROM %(prefer_type)s::text, o.pos\nLIMIT %(fetch)s::bigint\n",
+    ),
+)
 
 
 def final_cte_params(
@@ -198,13 +212,27 @@ def build_candidates(
     # parsed back (the text parse was most of this statement's time). Same values: the SQL sends
     # `importance` as text, because a binary real is its float32 value, not the decimal it prints.
     statement = native(load_sql("final_candidates"), "sql/final_candidates.sql")
-    rows = _fetch(conn, statement, params)
-    if fetch is not None and not _order_holds(rows, prefer_type):
-        rows = _fetch(conn, statement, {**params, "fetch": None})
+    if fetch is None:
+        rows = _fetch(conn, statement, params)
+    else:
+        rows = _fetch(conn, native(_top_text(), "sql/final_candidates.sql (first rows)"), params)
+        if not _order_holds(rows, prefer_type):
+            rows = _fetch(conn, statement, params)
     names = registry.score_names()
     out = Candidates(_candidate(row, found[row["memory_id"]], names) for row in rows)
-    out.total = int(rows[0]["candidate_total"]) if rows else 0
+    out.total = int(rows[0].get("candidate_total", len(rows))) if rows else 0
     return out
+
+
+@functools.cache
+def _top_text() -> str:
+    """sql/final_candidates.sql with _TOP_EDITS: its first %(fetch)s rows, with the counts."""
+    text = load_sql("final_candidates")
+    for old, new in _TOP_EDITS:
+        if text.count(old) != 1:
+            raise RuntimeError(f"sql/final_candidates.sql lost the line build_candidates edits: {old!r}")
+        text = text.replace(old, new)
+    return text
 
 
 def _order_holds(rows: Sequence[Mapping[str, Any]], prefer_type: str | None) -> bool:
