@@ -35,8 +35,9 @@ REPO = HERE.parent
 MODES = {
     "v4": "V4 retrieval-only",
     # What a caller that reads only the memories gets: query(..., candidates=False) where the library has
-    # it (since 7530bf1: the final CTE reads only the rows it can return), else the same as "v4".
+    # it (since 7530bf1: the final CTE reads only the rows it can return), else the same as "v4" / "v3".
     "v4lean": "V4 retrieval-only, no candidate list",
+    "v3lean": "V3 retrieval-only, no candidate list",
     "v3": "V3",
     "ranked": "V4 with ranking",
     "v3ranked": "V3 with ranking (V3 as by default)",
@@ -105,9 +106,9 @@ def serve(dsn: str, n: int, locomo: str | None = None) -> None:
                 tenant=q.tenant,
                 memory_type=getattr(q, "memory_type", None),
                 ranking=mode in ("ranked", "v3ranked"),
-                v4=mode not in ("v3", "v3ranked"),
+                v4=mode not in ("v3", "v3ranked", "v3lean"),
                 embedding=None if mode == "e2e" else vectors[int(i)],
-                **(lean if mode == "v4lean" else {}),
+                **(lean if mode.endswith("lean") else {}),
             )
             d = result.diagnostics
             client_ms = (time.process_time() - c0) * 1000

@@ -119,8 +119,12 @@ def memoria(dsn: str, docs: list, vectors: dict, stack: list, *, v4: bool, ranki
             conn.execute("VACUUM (ANALYZE)")
 
     def search(q: Any, vector: np.ndarray) -> list[str]:
-        response = system.query(q.text, tenant=q.tenant, top_k=10, embedding=vector, ranking=ranking, v4=v4)
-        return [c.external_id for c in response.candidates]
+        # What a user who wants the 10 memories asks for: no candidate list beside them (candidates=False:
+        # a retrieval-only query then reads only those rows).
+        response = system.query(
+            q.text, tenant=q.tenant, top_k=10, embedding=vector, ranking=ranking, v4=v4, candidates=False
+        )
+        return [m.external_id for m in response.memories]
 
     return search
 

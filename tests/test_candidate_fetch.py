@@ -54,6 +54,16 @@ def test_only_the_rows_returned_are_read_and_they_are_the_same(moves):
     assert limited >= len(texts) * 0.8  # most read 3 rows of their dozens of candidates
 
 
+def test_v3_reads_only_the_rows_returned_too(moves):
+    system, _ = moves
+    embedder = HashEmbedder()
+    for person, city in zip(PEOPLE[:12], CITIES):
+        text = f"{person} lives in {city}"
+        full, lean = answers(system, text, top_k=4, v4=False, embedding=embedder.embed([text])[0])
+        assert len(lean.candidates) == 4 < len(full.candidates)
+        assert lean.diagnostics.worker_hits == full.diagnostics.worker_hits
+
+
 def test_facts_that_changed_are_placed_as_with_the_whole_list(moves):
     # "Where does X live?" meets the attribute worker's current and superseded facts: a superseded one
     # is moved below the best current one wherever that was read, so such a query reads every row;

@@ -271,14 +271,16 @@ def v3_statement(
     method: str = "score",
     validity: Validity = VALID_NOW,
     embeddings: bool = True,
+    fetch: int | None = None,
 ) -> Statement:
     """V3's vector search and the final CTE as one statement (sql/v3_search.sql): the exact search of
     the whole table, while the tenant is within `exact_max_rows` as VectorWorker decides (no row
     above: the caller searches with the vector worker), gives the final CTE its hits in the server;
-    `norms`: the query processor's entity lookup."""
+    `norms`: the query processor's entity lookup; `fetch`: only the first that many rows
+    (build_candidates)."""
     params = final_cte_params(
         {}, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity,
-        embeddings=embeddings, scored=[],
+        embeddings=embeddings, scored=[], fetch=fetch,
     )  # fmt: skip
     for name in _HIT_ARRAYS:
         del params[name]
@@ -286,14 +288,14 @@ def v3_statement(
     clash = set(params) & {*search, "norms"}
     if clash:
         raise ValueError(f"the vector search's parameters {sorted(clash)} are the final CTE's too")
-    return _v3_text(), {**params, **search, "norms": list(norms)}
+    return _v3_text(top=fetch is not None), {**params, **search, "norms": list(norms)}
 
 
 @functools.cache
-def _v3_text() -> str:
+def _v3_text(top: bool = False) -> str:
     """sql/v3_search.sql with the vector worker's exact statement in place, then final_candidates.sql
-    after its hits CTE, with _V3_EDITS."""
-    text, final = load_sql("v3_search"), load_sql("final_candidates")
+    after its hits CTE, with _V3_EDITS (and with `top`, _TOP_EDITS: the first `fetch` rows)."""
+    text, final = load_sql("v3_search"), _top_text() if top else load_sql("final_candidates")
     _, sep, rest = final.partition(_HITS_END)
     if not sep or _HITS_END in rest:
         raise RuntimeError("sql/final_candidates.sql lost the line v3_statement splits it at")
@@ -317,13 +319,17 @@ class V3Result:
     candidates: list[CandidateRecord]
     hits: int
     known_entities: list[str] | None
+    total: int = 0  # the candidates, including those a `fetch` limit left unread
 
 
 def build_v3_candidates(conn: psycopg.Connection, statement: Statement, registry: WorkerRegistry) -> V3Result:
     """V3's candidates from its one statement (v3_statement's text and parameters), in `conn`'s
-    tenant transaction."""
+    tenant transaction; with its `fetch`, the first rows (every row where their order cannot be told
+    from them: _order_holds)."""
     text, params = statement
     rows = _fetch(conn, native(text, "sql/v3_search.sql"), params)
+    if params.get("fetch") is not None and not _order_holds(rows, None):
+        rows = _fetch(conn, native(_v3_text(), "sql/v3_search.sql"), params)
     names = registry.score_names()
     out = []
     for row in rows:
@@ -337,7 +343,8 @@ def build_v3_candidates(conn: psycopg.Connection, statement: Statement, registry
         out.append(_candidate(row, [(hit, hit.score)], names))
     if not rows:
         return V3Result(out, 0, None)
-    return V3Result(out, int(rows[0]["hit_count"]), list(rows[0]["known_entities"]))
+    total = int(rows[0].get("candidate_total", len(rows)))
+    return V3Result(out, int(rows[0]["hit_count"]), list(rows[0]["known_entities"]), total)
 
 
 def _found(scored: Iterable[tuple[SourceHit, float]]) -> dict[int, list[tuple[SourceHit, float]]]:

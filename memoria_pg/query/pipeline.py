@@ -199,7 +199,9 @@ class QueryPipeline:
             grams = candidate_ngrams(normalized)
             validity = Validity(request.as_of, request.include_invalid)
             t0 = time.perf_counter()
-            found = self._v3_statement(conn, vector, request.top_k, validity, self.ranks(request), grams)
+            found = self._v3_statement(
+                conn, vector, request.top_k, validity, self.ranks(request), grams, self.fetch_limit(request)
+            )
             diag.database_ms = _ms(t0)
             t1 = time.perf_counter()
             self.read_db.renew_budget(conn)  # in case processing asks the table after all
@@ -614,7 +616,7 @@ class QueryPipeline:
             **self._fusion(),
         )  # fmt: skip
         diag.database_ms += _ms(t1)
-        return self._v3_retrieval(query, V3Result(candidates, len(vector_hits), None), diag)
+        return self._v3_retrieval(query, V3Result(candidates, len(vector_hits), None, candidates.total), diag)
 
     def _v3_statement(
         self,
@@ -624,12 +626,14 @@ class QueryPipeline:
         validity: Validity,
         embeddings: bool,
         grams: Sequence[str],
+        fetch: int | None = None,
     ) -> V3Result:
         """V3's one statement (candidates.build_v3_candidates) with the configured limits."""
         cfg = self.config
         statement = v3_statement(
             vector, self.registry, limit=max(cfg.worker_limit, top_k), exact_max_rows=cfg.vector_exact_max_rows,
-            norms=[normalize_entity(g) for g in grams], validity=validity, embeddings=embeddings, **self._fusion(),
+            norms=[normalize_entity(g) for g in grams], validity=validity, embeddings=embeddings, fetch=fetch,
+            **self._fusion(),
         )  # fmt: skip
         return build_v3_candidates(conn, statement, self.registry)
 
@@ -638,7 +642,7 @@ class QueryPipeline:
         diag.submitted_sources = ["vector"]
         diag.completed_sources = ["vector"]
         diag.worker_hits = {"vector": found.hits}
-        diag.candidate_count = len(found.candidates)
+        diag.candidate_count = found.total
         candidates = sorted(found.candidates, key=lambda c: (-c.base_score, c.memory_id))
         for c in candidates:
             c.final_score = c.base_score
