@@ -4,7 +4,8 @@ by leave-one-set-out (tune on four sets, report the fifth).
 
     python benchmarks/fusion_lab.py --data /work/shared/eval [--check] [--loso]
 
-`--check` verifies that the replay of today's SQL fusion gives the engine's own rankings.
+`--check` verifies that the replay of today's SQL fusion (`engine`: the declared weights and the
+per-query ConfidenceShift) gives the engine's own rankings.
 """
 
 from __future__ import annotations
@@ -100,6 +101,23 @@ def today(hits: Hits, weights: Mapping[str, float] = WEIGHTS) -> dict[int, float
     return fused
 
 
+def engine(hits: Hits) -> dict[int, float]:
+    """Today's SQL fusion as the engine runs it: the declared weights with the registry's per-query
+    shift (ConfidenceShift: final_candidates.sql's `shift` CTE) from BM25 to the vector source when
+    the vector list's best distance is a near match."""
+    from memoria_pg.query.workers import DEFAULT_WORKERS
+
+    shift = DEFAULT_WORKERS.shift.params()
+    weights = dict(WEIGHTS)
+    to, frm = shift["shift_to"], shift["shift_from"]
+    best = min((h[3] for h in hits.get(to, ())), default=None)
+    if best is not None:
+        amount = min(weights.get(frm, 0.0), shift["shift_slope"] * max(0.0, shift["shift_near"] - best))
+        weights[to] = weights.get(to, 0.0) + amount
+        weights[frm] = weights.get(frm, 0.0) - amount
+    return today(hits, weights)
+
+
 def weighted(
     hits: Hits, norm: Callable[[str, list[float]], list[float]], weights: Mapping[str, float]
 ) -> dict[int, float]:
@@ -162,11 +180,12 @@ def check(labs: Iterable[LabSet]) -> None:
 
     for lab in labs:
         group, metric = MAIN_METRIC[lab.dataset.kind]
-        engine = score(lab.dataset, engine_run(lab))[group][metric]
-        same = sum(replay_one == q["v4"] for replay_one, q in zip(replay(lab, today).values(), lab.queries))
+        engine_score = score(lab.dataset, engine_run(lab))[group][metric]
+        replayed = replay(lab, engine)
+        same = sum(replay_one == q["v4"] for replay_one, q in zip(replayed.values(), lab.queries))
         print(
-            f"{lab.name}: engine {engine:.4f} (lab metric {main_metric(lab, engine_run(lab)):.4f}), "
-            f"replay {main_metric(lab, replay(lab, today)):.4f}, identical rankings {same}/{len(lab.queries)}; "
+            f"{lab.name}: engine {engine_score:.4f} (lab metric {main_metric(lab, engine_run(lab)):.4f}), "
+            f"replay {main_metric(lab, replayed):.4f}, identical rankings {same}/{len(lab.queries)}; "
             f"vector {main_metric(lab, source_run(lab, 'vector')):.4f}, bm25 {main_metric(lab, source_run(lab, 'bm25')):.4f}"
         )
 
