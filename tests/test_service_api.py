@@ -122,6 +122,20 @@ def test_search_options_diagnostics_and_explain(server, tokens):
     assert bm25["diagnostics"]["ranking_skipped"] is True
 
 
+def test_a_retrieval_only_search_counts_every_candidate(server, tokens):
+    # The service asks the library for no candidate list (it returns only the memories): the final
+    # statement then reads only the rows returned, and the diagnostics still count every candidate.
+    with server.client(tokens["alice"]) as http:
+        for i in range(6):
+            http.post("/v1/memories", json={"content": f"Odile waters the fig tree on day {i}."})
+        found = http.post(
+            "/v1/search", json={"text": "Odile fig tree", "top_k": 2, "ranking": False, "diagnostics": True}
+        ).json()
+    assert len(found["memories"]) == 2 and all("Odile" in m["content"] for m in found["memories"])
+    assert found["diagnostics"]["returned_count"] == 2
+    assert found["diagnostics"]["candidate_count"] >= 6
+
+
 def test_an_admin_key_acts_for_the_tenant_it_names(server, tokens, server_db):
     with server.client(tokens["admin"], **{"X-Memoria-Tenant": "carol"}) as http:
         stored = http.post("/v1/memories", json={"content": "Carol keeps bees."})
