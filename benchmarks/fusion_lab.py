@@ -108,14 +108,8 @@ def engine(hits: Hits) -> dict[int, float]:
     from memoria_pg.query.workers import DEFAULT_WORKERS
 
     shift = DEFAULT_WORKERS.shift.params()
-    weights = dict(WEIGHTS)
-    to, frm = shift["shift_to"], shift["shift_from"]
-    best = min((h[3] for h in hits.get(to, ())), default=None)
-    if best is not None:
-        amount = min(weights.get(frm, 0.0), shift["shift_slope"] * max(0.0, shift["shift_near"] - best))
-        weights[to] = weights.get(to, 0.0) + amount
-        weights[frm] = weights.get(frm, 0.0) - amount
-    return today(hits, weights)
+    vector, bm25 = shift_rule({"near": shift["shift_near"], "slope": shift["shift_slope"]})(features(hits))
+    return today(hits, {**WEIGHTS, "vector": vector, "bm25": bm25})
 
 
 def weighted(
