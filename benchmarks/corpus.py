@@ -509,10 +509,11 @@ class _Text:
 # times the length and 5 to 7 times the entities. Measured by benchmarks/corpus_profile.py (all the
 # documents of each set, the library's own record preparation; results/ingest/*-profile.md), per memory:
 #
-#                      characters (mean, p10/p50/p90)   BM25 terms   entities (mean, p10/p50/p90)   co-occurrences
+#                      characters (mean, p10/p50/p90)   BM25 terms   entities (mean, p10/p50/p90)   co-occurrences*
 #   SciFact abstracts      1500   890 / 1427 / 2125          99.2      12.6   5 / 12 / 21                  63.6
 #   HotpotQA paragraphs     586   235 /  512 /  975          47.4      12.5   5 / 11 / 21                  63.1
 #   LoCoMo turns + context  150    62 /  133 /  263          59.8       2.8   1 /  3 /  4                   6.0
+#   (* directed, as counted then: since migration 0017 each pair is counted once, half of these)
 #
 # The realistic profile targets HotpotQA: its entities per memory are SciFact's (what the entity and
 # co-occurrence upkeep, most of a memory's server CPU, follows), its 2.1 entities per 100 characters are
@@ -525,7 +526,8 @@ class _Text:
 # the queries ask about is stated once, in the short memory's words, and nothing contradicts it.
 REALISTIC_TARGET = {"set": "HotpotQA", "chars_mean": 586.4, "chars_p10": 235, "chars_p50": 512, "chars_p90": 975,
                     "entities_mean": 12.5, "entities_p10": 5, "entities_p50": 11, "entities_p90": 21,
-                    "cooccurrences_mean": 63.1, "terms_mean": 47.4}  # fmt: skip
+                    "cooccurrences_mean": 31.6, "terms_mean": 47.4}  # fmt: skip
+# (cooccurrences_mean: pairs counted once each since migration 0017; measured as 63.1 directed pairs.)
 # The draws that hit it (calibrated with benchmarks/corpus_profile.py): characters lognormal around
 # REALISTIC_CHARS_MEDIAN with REALISTIC_CHARS_SIGMA; entities that length times REALISTIC_DENSITY times a
 # lognormal factor of REALISTIC_DENSITY_SIGMA (so longer memories name more, as in the real sets).

@@ -13,9 +13,9 @@ deduplication by entity key), no database involved. Per memory it counts:
     terms        BM25 postings: distinct indexed terms of content and context (memoria.memory_terms rows)
     entities     distinct entities (memoria.memory_entities rows)
     pairs        directed pairs of its entities, k(k-1): what every pair used to cost before migration 0013
-    co-occ.      directed pairs the co-occurrence upkeep writes: the mentions whose ordinals (their places
-                 in the memory's entity list, 1-based) are at most memoria.co_occurs's window apart
-                 (COOCCURRENCE_WINDOW, read from migration 0013), in both directions as
+    co-occ.      pairs the co-occurrence upkeep writes: the mentions whose ordinals (their places in the
+                 memory's entity list, 1-based) are at most memoria.co_occurs's window apart
+                 (COOCCURRENCE_WINDOW, read from migration 0013), each pair once (migration 0017), as
                  sql/ingest/insert_entities.sql counts them
     attributes   (subject, attribute, value) triples extracted (memoria.memory_attributes rows)
 
@@ -71,8 +71,8 @@ WINDOW = cooccurrence_window()
 
 
 def counted_pairs(k: int, window: int = WINDOW) -> int:
-    """Directed pairs (a, b), a != b, of k mentions with ordinals 1..k that are at most `window` apart."""
-    return 2 * sum(k - d for d in range(1, min(window, k - 1) + 1))
+    """Pairs {a, b}, a != b, of k mentions with ordinals 1..k that are at most `window` apart."""
+    return sum(k - d for d in range(1, min(window, k - 1) + 1))
 
 
 def shape(record: Mapping[str, Any], now: dt.datetime) -> dict[str, float]:
@@ -124,7 +124,8 @@ def report(results: dict[str, dict[str, Any]], note: str) -> str:
         "",
         "Per memory, as memoria_pg.ingest.records.prepare derives it (benchmarks/corpus_profile.py): characters "
         "of the content, BM25 terms (distinct, content and context), entities, directed pairs of its entities "
-        f"and the directed co-occurrences the database counts (ordinals at most {WINDOW} apart, migration 0013), and "
+        f"and the co-occurring pairs the database counts (ordinals at most {WINDOW} apart, migration 0013; each pair "
+        "once, migration 0017), and "
         "the attributes extracted.",
         "",
         note,

@@ -53,7 +53,7 @@ def recount(dsn: str, tenant: str) -> tuple[dict, set]:
         edges = conn.execute(
             "SELECT s.norm_name, d.norm_name, count(*) FROM memoria.memory_entities a "
             "JOIN memoria.memory_entities b ON b.tenant = a.tenant AND b.memory_id = a.memory_id "
-            "  AND b.entity_id <> a.entity_id AND memoria.co_occurs(a.ordinal, b.ordinal) "
+            "  AND b.entity_id > a.entity_id AND memoria.co_occurs(a.ordinal, b.ordinal) "
             "JOIN memoria.entities s ON s.tenant = a.tenant AND s.id = a.entity_id "
             "JOIN memoria.entities d ON d.tenant = b.tenant AND d.id = b.entity_id "
             "WHERE a.tenant = %s GROUP BY 1, 2",
@@ -113,33 +113,57 @@ def stored(config: Config) -> dict[str, int]:
     with MemorySystem(config, embedder=HashEmbedder()) as system:
         memory = system.store("Maya Novak met Jonas Berg in Lisbon.", tenant="acme")
         system.store("Maya Novak met Jonas Berg in Lisbon.", tenant="globex")
+        # an acme entity whose id is above every globex one: an edge runs from the smaller id (0017)
+        system.store("Zoe Quist met Maya Novak.", tenant="acme")
     with psycopg.connect(config.dsn) as conn:
         ids = dict(conn.execute("SELECT tenant || ' ' || norm_name, id FROM memoria.entities").fetchall())
     return {"memory": memory, **ids}
 
 
+# An edge's src_id is below its dst_id (0017's CHECK): a missing entity at src is a low id, at dst a high
+# one, so that the reference, not the CHECK, is what refuses the row. The other tenant's Lisbon has an id
+# between acme's Jonas Berg (its first) and Zoe Quist (its last).
 @pytest.mark.parametrize(
-    "statement",
+    ("statement", "nobody"),
     [
-        "INSERT INTO memoria.memory_entities (tenant, entity_id, memory_id, memory_type) "
-        "VALUES ('acme', %(own)s, %(memory)s + 1, 'general'), ('acme', %(missing)s, %(memory)s, 'general')",
-        "INSERT INTO memoria.entity_edges (tenant, src_id, dst_id) VALUES ('acme', %(own)s, %(missing)s)",
-        "INSERT INTO memoria.entity_edges (tenant, src_id, dst_id) VALUES ('acme', %(missing)s, %(own)s)",
-        "UPDATE memoria.entity_edges SET dst_id = %(missing)s WHERE src_id = %(own)s AND dst_id = %(lisbon)s",
-        "UPDATE memoria.memory_entities SET entity_id = %(missing)s WHERE entity_id = %(own)s",
-        "UPDATE memoria.entity_edges SET src_id = %(missing)s WHERE src_id = %(own)s AND dst_id = %(lisbon)s",
+        ("INSERT INTO memoria.memory_entities (tenant, entity_id, memory_id, memory_type) "
+         "VALUES ('acme', %(own)s, %(memory)s + 1, 'general'), ('acme', %(missing)s, %(memory)s, 'general')", 10**12),
+        ("INSERT INTO memoria.entity_edges (tenant, src_id, dst_id) VALUES ('acme', %(first)s, %(missing)s)", 10**12),
+        ("INSERT INTO memoria.entity_edges (tenant, src_id, dst_id) VALUES ('acme', %(missing)s, %(last)s)", -1),
+        ("UPDATE memoria.entity_edges SET dst_id = %(missing)s WHERE src_id = %(first)s AND dst_id = %(lisbon)s",
+         10**12),
+        ("UPDATE memoria.memory_entities SET entity_id = %(missing)s WHERE entity_id = %(own)s", 10**12),
+        ("UPDATE memoria.entity_edges SET src_id = %(missing)s WHERE src_id = %(own)s AND dst_id = %(last)s", -1),
     ],
-)
-def test_a_reference_to_a_missing_or_foreign_entity_is_refused(stored, config, statement):
+)  # fmt: skip
+def test_a_reference_to_a_missing_or_foreign_entity_is_refused(stored, config, statement, nobody):
     messages = set()
-    for missing in (stored["globex lisbon"], 10**12):
+    for missing in (stored["globex lisbon"], nobody):
         with psycopg.connect(config.dsn) as conn:
             as_app(conn, "acme")
             with pytest.raises(psycopg.errors.ForeignKeyViolation) as info:
-                params = {"own": stored["acme maya novak"], "lisbon": stored["acme lisbon"], "memory": stored["memory"]}
+                params = {
+                    "own": stored["acme maya novak"], "lisbon": stored["acme lisbon"], "memory": stored["memory"],
+                    "first": stored["acme jonas berg"], "last": stored["acme zoe quist"],
+                }  # fmt: skip
                 conn.execute(statement, {**params, "missing": missing})
             messages.add(info.value.diag.message_primary)
     assert len(messages) == 1  # another tenant's entity fails as one nobody has
+
+
+def test_an_edge_is_stored_once_per_pair(stored, config):
+    """The reverse of a stored pair is refused: the walks read an edge from both ends (0017)."""
+    with psycopg.connect(config.dsn) as conn:
+        as_app(conn, "acme")
+        assert conn.execute(
+            "SELECT weight FROM memoria.entity_edges WHERE src_id = %s AND dst_id = %s",
+            (stored["acme jonas berg"], stored["acme lisbon"]),
+        ).fetchone() == (1,)
+        with pytest.raises(psycopg.errors.CheckViolation, match="entity_edges_one_row_per_pair"):
+            conn.execute(
+                "INSERT INTO memoria.entity_edges (tenant, src_id, dst_id) VALUES ('acme', %s, %s)",
+                (stored["acme lisbon"], stored["acme jonas berg"]),
+            )
 
 
 def test_a_valid_reference_and_a_weight_change_pass(stored, config):
@@ -148,7 +172,7 @@ def test_a_valid_reference_and_a_weight_change_pass(stored, config):
         conn.execute(
             "INSERT INTO memoria.entity_edges (tenant, src_id, dst_id) VALUES ('acme', %s, %s) "
             "ON CONFLICT (tenant, src_id, dst_id) DO UPDATE SET weight = memoria.entity_edges.weight + 1",
-            (stored["acme maya novak"], stored["acme lisbon"]),
+            (stored["acme lisbon"], stored["acme maya novak"]),
         )
         conn.execute("UPDATE memoria.entity_edges SET weight = weight + 1")
         conn.rollback()

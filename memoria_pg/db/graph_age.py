@@ -5,7 +5,8 @@ The plain tables (entities, memory_entities, entity_edges) are the source of tru
 
     (:Memory {tenant, memory_id, memory_type})-[:MENTIONS {tenant}]->
         (:Entity {tenant, entity_id, name, norm_name, kind})
-    (:Entity)-[:RELATED {tenant, weight}]->(:Entity)     co-occurrence, both directions, weight as in entity_edges
+    (:Entity)-[:RELATED {tenant, weight}]->(:Entity)     co-occurrence, weight as in entity_edges: one edge
+                                                         per pair, from the smaller entity_id (0017)
 
 The library's role memoria_app has no privilege on the graph (its label tables cannot have row-level
 security: PostgreSQL would refuse AGE's non-leakproof operators as index conditions). It reaches the
@@ -117,7 +118,8 @@ def cypher_params(entities: Sequence[str], tenant: str, depth: int) -> str:
 # one fixed-length pattern per entity hop (0, 1, 2), switched by $depth: it covers depths 1 to
 # MAX_CYPHER_DEPTH. Cypher needs AGE loaded (LOAD 'age', unless the server preloads it) and
 # ag_catalog on the search_path. Measured on 10k memories / 71k RELATED edges: ~3-6x the SQL worker
-# at depth 1-2, and over 5 s at depth 3 (path enumeration).
+# at depth 1-2, and over 5 s at depth 3 (path enumeration). RELATED patterns are undirected: one edge
+# per pair (migration 0017).
 MAX_CYPHER_DEPTH = 3
 CYPHER_WALK = """
 SELECT memory_id::text::bigint AS memory_id, memory_type::text AS memory_type,
@@ -129,13 +131,13 @@ FROM ag_catalog.cypher('memoria_graph', $$
     WHERE m.tenant = $tenant
     RETURN m.memory_id, m.memory_type, id(s), 0
     UNION ALL
-    MATCH (s:Entity)-[:RELATED]->(e:Entity)
+    MATCH (s:Entity)-[:RELATED]-(e:Entity)
     WHERE $depth > 1 AND s.tenant = $tenant AND s.norm_name IN $names
     MATCH (m:Memory)-[:MENTIONS]->(e)
     WHERE m.tenant = $tenant
     RETURN m.memory_id, m.memory_type, id(e), 1
     UNION ALL
-    MATCH (s:Entity)-[:RELATED]->(:Entity)-[:RELATED]->(e:Entity)
+    MATCH (s:Entity)-[:RELATED]-(:Entity)-[:RELATED]-(e:Entity)
     WHERE $depth > 2 AND s.tenant = $tenant AND s.norm_name IN $names
     MATCH (m:Memory)-[:MENTIONS]->(e)
     WHERE m.tenant = $tenant

@@ -1,7 +1,8 @@
 -- Entities of the new memories: upsert the entity table (in name order, for concurrent writers),
 -- link memories to entities with each one's place in the memory's text order (ordinal), and count
--- co-occurrence edges in both directions between the mentions memoria.co_occurs pairs (at most
--- three places apart: migration 0013; memoria.remove_derived subtracts the same pairs). Every conflict
+-- co-occurrence edges between the mentions memoria.co_occurs pairs (at most three places apart:
+-- migration 0013; memoria.remove_derived subtracts the same pairs), each pair once, from the smaller
+-- entity id (migration 0017: the graph walks read an edge from both ends). Every conflict
 -- target is a unique key that includes the tenant (migration 0009).
 WITH mentions AS (
     SELECT DISTINCT ON (s.memory_id, e.norm_name) s.memory_id, s.memory_type, e.name, e.norm_name,
@@ -26,7 +27,7 @@ WITH mentions AS (
 INSERT INTO memoria.entity_edges AS ed (tenant, src_id, dst_id, weight)
 SELECT current_setting('memoria.tenant'), a.entity_id, b.entity_id, count(*)
 FROM links a
-JOIN links b ON a.memory_id = b.memory_id AND a.entity_id <> b.entity_id AND memoria.co_occurs(a.ordinal, b.ordinal)
+JOIN links b ON a.memory_id = b.memory_id AND a.entity_id < b.entity_id AND memoria.co_occurs(a.ordinal, b.ordinal)
 GROUP BY a.entity_id, b.entity_id
 ORDER BY a.entity_id, b.entity_id
 ON CONFLICT (tenant, src_id, dst_id) DO UPDATE SET weight = ed.weight + excluded.weight

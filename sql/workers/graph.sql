@@ -3,7 +3,9 @@
 -- depth 1 means "memories mentioning a query entity".
 -- Bounded, so the work grows with the limits and not with how many memories mention a hub entity:
 --   fan-out: each entity of the frontier follows at most %(fanout)s edges, the strongest first
---            (weight desc, then entity id); the seeds are the query's entities themselves;
+--            (weight desc, then entity id); the seeds are the query's entities themselves. An edge
+--            is stored once per pair, from the smaller entity id (migration 0017): an entity's
+--            neighbours are the other ends of the edges it starts (primary key) and ends (dst index);
 --   mentions: each reached entity offers at most %(entity_memories)s memories, the most recent first
 --            (memory id desc), read from memory_entities (entity_id, memory_type, memory_id) index-only:
 --            per memory type, then merged (the memory types table lists the shards), so an untyped
@@ -20,9 +22,14 @@ WITH RECURSIVE walk(entity_id, hops) AS (
     SELECT n.dst_id, w.hops + 1
     FROM walk w
     CROSS JOIN LATERAL (
-        SELECT ed.dst_id FROM memoria.entity_edges ed
-        WHERE ed.src_id = w.entity_id AND ed.tenant = current_setting('memoria.tenant')
-        ORDER BY ed.weight DESC, ed.dst_id
+        SELECT x.dst_id FROM (
+            SELECT ed.dst_id, ed.weight FROM memoria.entity_edges ed
+            WHERE ed.src_id = w.entity_id AND ed.tenant = current_setting('memoria.tenant')
+            UNION ALL
+            SELECT ed.src_id, ed.weight FROM memoria.entity_edges ed
+            WHERE ed.dst_id = w.entity_id AND ed.tenant = current_setting('memoria.tenant')
+        ) x
+        ORDER BY x.weight DESC, x.dst_id
         LIMIT %(fanout)s
     ) n
     WHERE w.hops + 1 < %(depth)s

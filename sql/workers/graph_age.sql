@@ -1,7 +1,8 @@
 -- Graph worker (Apache AGE): the same bounded walk and the same rows as workers/graph.sql, over the AGE
 -- graph memoria_graph (mirrored by memoria_pg/graph_age.py) instead of the plain tables:
 --   seeds    = (:Entity) vertices of the current tenant whose norm_name is a query entity
---   walk     = breadth-first over (:Entity)-[:RELATED]->(:Entity), entity hops < depth, each entity
+--   walk     = breadth-first over (:Entity)-[:RELATED]-(:Entity) (one edge per pair, from the smaller
+--              entity_id, read from both ends: migration 0017), entity hops < depth, each entity
 --              following at most `fanout` edges (RELATED weight desc, then entity_id)
 --   mentions = each reached entity's `entity_memories` most recent memories (memory id desc), read
 --              from memoria.memory_entities: a MENTIONS edge carries no memory id to order by (its
@@ -17,7 +18,8 @@
 -- It is SQL over AGE's label tables, not Cypher: a Cypher variable-length match enumerates every
 -- path instead of a breadth-first frontier (and AGE takes no parameter in its bounds), and a Cypher
 -- property filter is a scan of the whole label. There every step is a btree probe (indexes from
--- migration 0001: Entity (tenant, norm_name), RELATED (start_id, end_id), Entity (id); from 0007:
+-- migration 0001: Entity (tenant, norm_name), RELATED (start_id, end_id), Entity (id); RELATED (end_id)
+-- from 0017; from 0007:
 -- memory_entities (entity_id, memory_type, memory_id)), written as LATERAL subqueries behind OFFSET 0
 -- so the plan is a parameterized nested loop whatever the (often missing) statistics on agtype
 -- expressions say.
