@@ -87,9 +87,9 @@ def shape(dsn: str) -> dict[str, float]:
             "GROUP BY memory_id) m"
         ).fetchone()[0]
         counted = (
-            conn.execute(  # the pairs the co-occurrence upkeep writes (migration 0013's window)
+            conn.execute(  # the pairs the co-occurrence upkeep writes (0013's window; each pair once since 0017)
                 "SELECT count(*) FROM memoria.memory_entities a JOIN memoria.memory_entities b ON b.tenant = a.tenant "
-                "AND b.memory_id = a.memory_id AND b.entity_id <> a.entity_id AND memoria.co_occurs(a.ordinal, b.ordinal)"
+                "AND b.memory_id = a.memory_id AND b.entity_id > a.entity_id AND memoria.co_occurs(a.ordinal, b.ordinal)"
             ).fetchone()[0]
             if window
             else pairs

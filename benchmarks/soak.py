@@ -391,7 +391,7 @@ RECOUNTS = {
         SELECT count(*) FROM memoria.entity_edges e FULL JOIN (
             SELECT a.tenant, a.entity_id AS src_id, b.entity_id AS dst_id, count(*) AS n
             FROM memoria.memory_entities a JOIN memoria.memory_entities b
-              ON b.tenant = a.tenant AND b.memory_id = a.memory_id AND b.entity_id <> a.entity_id
+              ON b.tenant = a.tenant AND b.memory_id = a.memory_id AND b.entity_id > a.entity_id
              AND memoria.co_occurs(a.ordinal, b.ordinal)
             GROUP BY 1, 2, 3) p USING (tenant, src_id, dst_id)
         WHERE e.weight IS DISTINCT FROM p.n""",

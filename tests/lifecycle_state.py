@@ -33,8 +33,10 @@ def derived_state(dsn: str, *, graph: bool) -> dict[str, Any]:
             "mentions": sorted(
                 (key[m], norm[e][1]) for m, e in _rows(conn, "SELECT memory_id, entity_id FROM memoria.memory_entities")
             ),
+            # One row per pair, from the smaller entity id (0017): ids differ between databases, so a
+            # pair is compared by its names, in name order.
             "edges": sorted(
-                (norm[s][0], norm[s][1], norm[d][1], w)
+                (norm[s][0], *sorted((norm[s][1], norm[d][1])), w)
                 for s, d, w in _rows(conn, "SELECT src_id, dst_id, weight FROM memoria.entity_edges")
             ),
             "attributes": sorted(
@@ -74,5 +76,5 @@ def graph_state(conn: psycopg.Connection, key: dict[int, Key], norm: dict[int, t
         "memories": sorted(key[m] for m in memories.values()),
         "entities": sorted(norm[e] for e in entities.values()),
         "mentions": sorted((key[memories[s]], norm[entities[e]][1]) for s, e in mentions),
-        "related": sorted((norm[entities[s]][1], norm[entities[d]][1], int(w)) for s, d, w in related),
+        "related": sorted((*sorted((norm[entities[s]][1], norm[entities[d]][1])), int(w)) for s, d, w in related),
     }
