@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.core.types import CandidateRecord, SourceHit
-from memoria_pg.query.candidates import build_candidates, filter_by_type, float_array, int_array, text_array
+from memoria_pg.query.candidates import (
+    build_candidates,
+    candidate_statement,
+    filter_by_type,
+    float_array,
+    int_array,
+    text_array,
+)
 from memoria_pg.query.workers import DEFAULT_WORKERS
 from memoria_pg.query.workers.registry import NO_SHIFT
 from memoria_pg.system import MemorySystem
@@ -87,6 +94,36 @@ def test_the_final_cte_gives_the_same_candidates_on_its_generic_plan(system, fiv
         assert [(x.memory_id, x.sources, x.scores, x.retrieval_score) for x in found] == expected
     with system.db.transaction("t") as conn:  # the workers' transactions keep custom plans
         assert conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()[0] == "force_custom_plan"
+
+
+def _scans(node: dict, relation: str) -> list[dict]:
+    """The plan nodes under `node` that scan a partition of `relation` (EXPLAIN's JSON)."""
+    own = [node] if str(node.get("Relation Name", "")).startswith(relation + "_") else []
+    return own + [scan for child in node.get("Plans", []) for scan in _scans(child, relation)]
+
+
+def test_the_final_cte_reads_each_candidate_from_its_own_shard_once(system):
+    """One index probe per candidate, in its memory type's shard (the others pruned at run time), on the
+    generic plan the query path runs: not every shard's index probed with every candidate's id."""
+    types = ["general", "fact", "episodic", "preference"]
+    ids = system.store_many(
+        [{"content": f"note {i} about Lisbon", "tenant": "t", "memory_type": types[i % 4]} for i in range(24)]
+    ).ids
+    hits = {
+        "bm25": [
+            SourceHit(memory_id=m, source="bm25", rank=i + 1, score=30.0 - i, memory_type=types[i % 4])
+            for i, m in enumerate(ids)
+        ]
+    }
+    statement, params = candidate_statement(hits, DECLARED, cap=200, rrf_k=60, depth=20)
+    with system.db.transaction("t", generic_plans=True) as conn:
+        conn.execute("SET LOCAL enable_seqscan = off")  # a few rows: the plan a large shard gets
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params).fetchone()[0][0]["Plan"]
+    scans = _scans(plan, "memories")
+    assert {scan["Relation Name"] for scan in scans} >= {f"memories_{t}" for t in types}
+    assert sum(scan["Actual Loops"] for scan in scans) == len(ids)  # 24 probes, not 24 x 7 shards
+    assert sum(scan["Actual Rows"] * scan["Actual Loops"] for scan in scans) == len(ids)
+    assert all("ANY" not in scan.get("Index Cond", "") for scan in scans)
 
 
 def test_score_fusion_normalizes_each_source_within_its_list(system, five):

@@ -29,23 +29,22 @@ _V3_SEARCHES = (("-- @exact\n", "workers/vector_exact"),)
 _HITS_END = "\n), declared AS ("
 _V3_EDITS = (
     (
-        "SELECT m.id AS memory_id, ch.fused[o.pos] AS retrieval_score,",
-        "SELECT m.id AS memory_id, ch.fused[o.pos] AS retrieval_score,\n"
+        "SELECT m.id AS memory_id, o.fused AS retrieval_score,",
+        "SELECT m.id AS memory_id, o.fused AS retrieval_score,\n"
         "       vh.score AS vector_distance, vh.rank AS vector_rank, (SELECT count(*) FROM hits) AS hit_count,\n"
         "       (SELECT coalesce(array_agg(e.name), '{}') FROM memoria.entities e\n"
         "        WHERE e.tenant = current_setting('memoria.tenant') AND e.norm_name = ANY(%(norms)s::text[]))\n"
         "           AS known_entities,",
     ),
     (
-        "CROSS JOIN LATERAL (SELECT array_position(ch.ids, m.id) AS pos) o",
-        "CROSS JOIN LATERAL (SELECT array_position(ch.ids, m.id) AS pos) o\n"
-        "JOIN hits vh ON vh.memory_id = m.id  -- V3's hits: one per memory",
+        "\n) m\n",
+        "\n) m\nJOIN hits vh ON vh.memory_id = m.id  -- V3's hits: one per memory\n",
     ),
 )
 _HIT_ARRAYS = ("ids", "types", "sources", "ranks", "scores")  # the hits' parameters: V3 has none
 # How the final CTE reads only its first %(fetch)s rows (build_candidates' `fetch`): the preferred type's
 # first, each row with the number of candidates and of those of that type (_order_holds reads them).
-_FIRST_SELECT = "SELECT m.id AS memory_id, ch.fused[o.pos] AS retrieval_score,\n"
+_FIRST_SELECT = "SELECT m.id AS memory_id, o.fused AS retrieval_score,\n"
 _TOP_EDITS = (
     (
         _FIRST_SELECT,
