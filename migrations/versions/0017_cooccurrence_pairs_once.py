@@ -24,6 +24,9 @@ ms (results/ingest/, benchmarks/ingest_real.py). The table was also bigger than 
 
 The data: the reverse rows (src_id > dst_id) go; a pair stored only that way (none in a database the
 library wrote) is turned around first. The downgrade writes the reverse rows (and RELATED edges) back.
+On 100k memories of the benchmarks' realistic corpus (2.58M edge rows before, 1.29M after) the upgrade
+took 6.8 s and the downgrade 14.2 s, writes to the table waiting meanwhile; the deleted half is free
+space for the table's next rows (a VACUUM FULL would give it back to the system).
 Library versions before this migration would count the pairs both ways again (the CHECK refuses their
 writes): upgrade the library and the schema together.
 
