@@ -122,6 +122,11 @@ class Config:
     # HNSW: every (tenant, type) gets one). Without its index the HNSW statement searches exactly.
     # The crossover is in the README (configuration).
     vector_exact_max_rows: int = 5_000
+    # The library builds a tenant's own HNSW index in the background once a write takes one of its
+    # memory types past vector_exact_max_rows (db/vector_indexes.IndexKeeper; never with a bound of 0,
+    # where every (tenant, type) is indexed by `memoria-pg db vector-indexes`). Needs a DSN that owns
+    # the tables; off, a library deployment runs that command itself.
+    vector_index_auto: bool = True
 
     enable_v4: bool = True
     enable_sharding: bool = True

@@ -83,6 +83,12 @@ class MemorySystem:
         self.ingestor = self._ingestor()
         self.lifecycle = Lifecycle(self.db, self.ingestor, self._embedder, graph=self.db.capabilities.age is not None)
         self._schema_head: str | None = None
+        # a tenant grown past the exact-search bound gets its own HNSW index without a cron (0: never)
+        self.index_keeper = (
+            vector_indexes.IndexKeeper(self.db, self.dsn, cfg.vector_exact_max_rows)
+            if cfg.vector_index_auto and cfg.vector_exact_max_rows > 0
+            else None
+        )
 
     def _start_server(self, cfg: Config, auto_migrate: bool | None) -> str:
         dsn = cfg.dsn
@@ -177,6 +183,8 @@ class MemorySystem:
 
     # -- lifecycle -------------------------------------------------------------------------------
     def close(self) -> None:
+        if self.index_keeper is not None:
+            self.index_keeper.close()  # cancels a build under way: the next sync builds it again
         self.scheduler.close()
         self.reads.close()
         self.db.close()
@@ -240,6 +248,7 @@ class MemorySystem:
             tenant = _tenant_of(fields, self.config.default_tenant)
             if tenant is not None:  # not a tenant ingestion accepts: nothing of it was written
                 self.reads.wrote(tenant)
+                self._indexes_grown([tenant], throttled=True)
 
     @translating
     def store_many(
@@ -263,14 +272,23 @@ class MemorySystem:
         writers = self.config.ingest_writers if writers is None else validation.count(writers, "writers")
         # Never more writers than pooled connections: a writer waiting for one could time out.
         writers = min(writers, self.config.pool_max_size)
-        tenants: set[str] | None = set() if self.reads.enabled else None
+        tenants: set[str] | None = set() if self.reads.enabled or self.index_keeper is not None else None
         try:
             return self.ingestor.store_batches(
                 _placed(_noting_tenants(records, tenants, self.config.default_tenant), size, wheres),
                 writers=writers, progress=progress, return_ids=return_ids,
             )  # fmt: skip
         finally:
-            self.reads.wrote(tenants if tenants is None or len(tenants) <= MAX_NOTED_TENANTS else None)
+            noted = tenants if tenants is None or len(tenants) <= MAX_NOTED_TENANTS else None
+            if self.reads.enabled:
+                self.reads.wrote(noted)
+            self._indexes_grown(noted)
+
+    def _indexes_grown(self, tenants: Iterable[str] | None, *, throttled: bool = False) -> None:
+        """After a write: the IndexKeeper checks whether these tenants crossed the exact-search bound
+        (`throttled`: a single store, a tenant at most once a minute)."""
+        if self.index_keeper is not None and tenants is not None:
+            self.index_keeper.wrote(sorted(tenants), throttled=throttled)
 
     # -- the lifecycle ---------------------------------------------------------------------------
     @translating

@@ -118,8 +118,9 @@ def dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
 
 @pytest.fixture
 def config(dsn: str) -> Config:
-    # The tests exercise every worker, so the fusion worker (off by default) is switched on here.
-    return Config(dsn=dsn, pool_min_size=1, pool_max_size=8, enable_fusion=True)
+    # The tests exercise every worker, so the fusion worker (off by default) is switched on here. No
+    # background index builds (tests/test_index_keeper.py tests them): tests that sync do it themselves.
+    return Config(dsn=dsn, pool_min_size=1, pool_max_size=8, enable_fusion=True, vector_index_auto=False)
 
 
 @pytest.fixture

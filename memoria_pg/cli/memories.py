@@ -95,6 +95,7 @@ def _ingest_config(cfg: config.Config, tenant: str | None, memory_type: str | No
     overrides: dict[str, object] = {
         k: v for k, v in (("default_tenant", tenant), ("default_memory_type", memory_type)) if v is not None
     }
+    overrides["vector_index_auto"] = False  # the command syncs once at the end (unless --no-vector-indexes)
     if memory_type and memory_type not in cfg.memory_types:
         overrides["memory_types"] = (*cfg.memory_types, memory_type)
     return cfg.replace(**overrides)

@@ -20,18 +20,24 @@ rebuilt back and forth.
 Built CONCURRENTLY (writes go on; a failed build leaves an invalid index, which the next sync drops and
 builds again), never on the query path nor in a migration: `memoria-pg db vector-indexes` runs it
 (after a bulk load, or from cron), `memoria-pg db upgrade` after migrating, `memoria-pg ingest` at the
-end of its load, `memoria-pg serve` periodically, and MemorySystem's auto_migrate when it crosses
-0016. One sync at a time per database (an advisory lock). The tenant is the one value written into SQL
+end of its load, `memoria-pg serve` periodically, MemorySystem's auto_migrate when it crosses 0016,
+and a MemorySystem's IndexKeeper in the background after a write that took a tenant past the bound
+(Config.vector_index_auto). One sync at a time per database (an advisory lock). The tenant is the one value written into SQL
 text here: DDL takes no parameters, so it is quoted by psycopg (sql.Literal); the index and partition
 names come from a hash and from the catalog, never from input.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import logging
+import math
+import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -42,6 +48,7 @@ from .database import connect
 PREFIX = "memories_vec_"
 REGISTRY_SINCE = 15  # the schema revision (0015) that added memoria.vector_indexes
 SHARED_HNSW_DROPPED = 16  # and the one (0016) that dropped the shards' shared HNSW index
+log = logging.getLogger(__name__)
 # pg_try_advisory_lock key of a sync: one per database
 _LOCK = "SELECT pg_try_advisory_lock(hashtextextended('memoria.vector_indexes', 0))"
 _UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('memoria.vector_indexes', 0))"
@@ -128,12 +135,16 @@ def sync(
     tenants: Iterable[str] | None = None,
     dry_run: bool = False,
     progress: Callable[[Action], None] | None = None,
+    connected: Callable[[psycopg.Connection], None] | None = None,
 ) -> list[Action]:
     """Build the missing per-tenant HNSW indexes and drop those no longer needed (module docstring);
     `dsn`: a user that owns the memoria tables (the one that runs the migrations). With `min_rows`
     0 (vector_exact_max_rows 0: the vector worker never searches exactly) every (tenant, memory type)
-    with a memory gets one."""
+    with a memory gets one. `connected` is handed the sync's connection first (IndexKeeper cancels a
+    build through it)."""
     with connect(dsn, autocommit=True) as conn:
+        if connected:
+            connected(conn)
         if not dry_run and not conn.execute(_LOCK).fetchone()[0]:  # type: ignore[index]
             raise SyncRunning(
                 "another `memoria-pg db vector-indexes` is running on this database: try again when it ends"
@@ -198,3 +209,148 @@ def _enough_memory_to_build(conn: psycopg.Connection) -> None:
 def _drop(conn: psycopg.Connection, action: Action) -> None:
     conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier("memoria", action.index_name)))
     conn.execute(_FORGET, {"tenant": action.tenant, "memory_type": action.memory_type})
+
+
+# The (tenant, memory type)s of one tenant above the bound, with the index each would have: read in the
+# tenant's transaction (bm25_docs under row-level security; the catalog for the index, since the app
+# role may not read memoria.vector_indexes).
+_GROWN = """
+SELECT d.memory_type FROM memoria.bm25_docs d
+WHERE d.tenant = current_setting('memoria.tenant') AND d.n_docs > %(bound)s
+ORDER BY d.memory_type
+"""
+_USABLE = """
+SELECT n.name FROM unnest(%(names)s::text[]) AS n(name)
+JOIN pg_catalog.pg_index i ON i.indexrelid = pg_catalog.to_regclass('memoria.' || pg_catalog.quote_ident(n.name))
+WHERE i.indisvalid
+"""
+
+
+class IndexKeeper:
+    """A library's own sync (Config.vector_index_auto): once a write takes a (tenant, memory type) past
+    `bound` memories and it has no usable index of its own, `sync` runs for that tenant in a background
+    thread, so a deployment of the library alone needs no cron for it (`memoria-pg serve` and
+    `memoria-pg ingest` sync by themselves too).
+
+    `wrote(tenants)` is called after each write with the tenants it touched: each is checked (one small
+    statement in its transaction, nothing beside a batch's work); after a single store (`throttled`), at
+    most once per `every_s` seconds per tenant, so a stream of them costs a statement a minute per
+    tenant and its index follows within a minute of the crossing. Builds run one at a time,
+    in the order the tenants crossed. Another sync holding the database's lock (an administrator's, a
+    server's) makes it retry that tenant at its next check; a DSN that may not build indexes (not the
+    tables' owner) turns it off, with one warning. `close` cancels a build under way (its invalid
+    leftover is dropped and built again by the next sync) and waits for the thread.
+    """
+
+    def __init__(self, db: Any, dsn: str, bound: int, *, every_s: float = 60.0) -> None:
+        self.db, self.dsn, self.bound, self.every_s = db, dsn, bound, every_s
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._queue: list[str] = []
+        self._checked: dict[str, float] = {}
+        self._conn: psycopg.Connection | None = None
+        self._thread: threading.Thread | None = None
+        self.closed = False
+        self.enabled = True
+        self.built: list[Action] = []  # what it did, for tests and logs
+
+    def wrote(self, tenants: Iterable[str] | None, *, throttled: bool = False) -> None:
+        """After a write: queue the tenants that crossed the bound and have no index (never raises:
+        the write itself succeeded; a failed check is logged and the tenant checked again later)."""
+        if not self.enabled or self.closed or tenants is None:
+            return
+        now = time.monotonic()
+        wait = self.every_s if throttled else 0.0
+        with self._lock:
+            due = [t for t in tenants if now - self._checked.get(t, -math.inf) >= wait and t not in self._queue]
+            for tenant in due:
+                self._checked[tenant] = now
+        for tenant in due:
+            try:
+                missing = self._missing(tenant)
+            except Exception as exc:  # a dropped database, a restart: the next write checks again
+                log.debug("vector index check of tenant %r failed: %s", tenant, exc)
+                with self._lock:
+                    self._checked.pop(tenant, None)
+                continue
+            if missing:
+                self._enqueue(tenant)
+
+    def _missing(self, tenant: str) -> list[str]:
+        with self.db.transaction(tenant) as conn:
+            types = [r[0] for r in conn.execute(_GROWN, {"bound": self.bound}).fetchall()]
+            if not types:
+                return []
+            names = {index_name(tenant, t): t for t in types}
+            usable = {r[0] for r in conn.execute(_USABLE, {"names": list(names)}).fetchall()}
+        return [t for name, t in names.items() if name not in usable]
+
+    def _enqueue(self, tenant: str) -> None:
+        with self._lock:
+            if self.closed or tenant in self._queue:
+                return
+            self._queue.append(tenant)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="memoria-vector-indexes", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self.closed:
+                    self._wake.wait()
+                if self.closed:
+                    return
+                tenant = self._queue[0]
+            try:
+                done = sync(self.dsn, self.bound, tenants=[tenant], connected=self._connected)
+                self.built.extend(a for a in done if a.action != "keep")
+                for a in done:
+                    if a.action != "keep":
+                        log.info("%s", a.line())
+            except SyncRunning:
+                with self._lock:  # another sync's round: checked again at the tenant's next write
+                    self._checked.pop(tenant, None)
+            except psycopg.errors.InsufficientPrivilege as exc:
+                log.warning("per-tenant vector indexes are not built by this library: %s", exc.diag.message_primary)
+                self.enabled = False
+            except Exception as exc:  # cancelled by close, a dropped database, a restart: checked again later
+                if not self.closed:
+                    log.warning("the vector index of tenant %r was not built: %s", tenant, exc)
+                with self._lock:
+                    self._checked.pop(tenant, None)
+            finally:
+                with self._lock:
+                    self._conn = None
+                    if self._queue and self._queue[0] == tenant:
+                        self._queue.pop(0)
+
+    def _connected(self, conn: psycopg.Connection) -> None:
+        with self._lock:
+            self._conn = conn
+            cancelled = self.closed
+        if cancelled:
+            conn.cancel_safe()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until every queued build is done (tests; a bulk loader that wants its indexes now)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if not self._queue:
+                    return True
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            conn, thread = self._conn, self._thread
+            self._wake.notify_all()
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.cancel_safe()
+        if thread is not None:
+            thread.join()
