@@ -232,9 +232,11 @@ class MemorySystem:
         (built concurrently: writes go on), drop those whose tenant fell below half of it; `tenants`
         limits it to those. Needs the DSN of the user that owns the tables (db/vector_indexes.py)."""
         checked = None if tenants is None else [validation.tenant(t) for t in tenants]
-        return vector_indexes.sync(
-            self.dsn, self.config.vector_exact_max_rows, tenants=checked, dry_run=dry_run, progress=progress
-        )
+        # the background builds of this system's IndexKeeper wait meanwhile (they would hold the lock)
+        with self.index_keeper.paused() if self.index_keeper is not None else contextlib.nullcontext():
+            return vector_indexes.sync(
+                self.dsn, self.config.vector_exact_max_rows, tenants=checked, dry_run=dry_run, progress=progress
+            )
 
     # -- ingestion -------------------------------------------------------------------------------
     @translating

@@ -88,3 +88,18 @@ def test_close_stops_the_keeper_and_later_writes_check_nothing(auto: Config):
     assert keeper.closed and (keeper._thread is None or not keeper._thread.is_alive())
     keeper.wrote(["big"])  # after close: ignored, no thread started
     assert keeper._thread is None or not keeper._thread.is_alive()
+
+
+def test_an_explicit_sync_of_the_same_system_never_meets_its_keepers_lock(auto: Config):
+    """sync_vector_indexes pauses the keeper (after its build under way): a bulk loader's own sync
+    right after its load, as the evaluation and scale.py do, never raises SyncRunning."""
+    with MemorySystem(auto, embedder=HashEmbedder()) as system:
+        for round_ in range(5):
+            system.store_many(notes(f"t{round_}", BOUND + 2))  # queues a build, which may be under way now
+            actions = system.sync_vector_indexes()
+            assert {(a.tenant, a.action) for a in actions if a.tenant == f"t{round_}"} <= {
+                (f"t{round_}", "build"),
+                (f"t{round_}", "keep"),
+            }
+        assert system.index_keeper.wait(60)
+        assert set(recorded(auto.dsn)) == {(f"t{i}", "general") for i in range(5)}

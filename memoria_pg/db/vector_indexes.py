@@ -22,9 +22,9 @@ builds again), never on the query path nor in a migration: `memoria-pg db vector
 (after a bulk load, or from cron), `memoria-pg db upgrade` after migrating, `memoria-pg ingest` at the
 end of its load, `memoria-pg serve` periodically, MemorySystem's auto_migrate when it crosses 0016,
 and a MemorySystem's IndexKeeper in the background after a write that took a tenant past the bound
-(Config.vector_index_auto). One sync at a time per database (an advisory lock). The tenant is the one value written into SQL
-text here: DDL takes no parameters, so it is quoted by psycopg (sql.Literal); the index and partition
-names come from a hash and from the catalog, never from input.
+(Config.vector_index_auto). One sync at a time per database (an advisory lock). The tenant is the one
+value written into SQL text here: DDL takes no parameters, so it is quoted by psycopg (sql.Literal); the
+index and partition names come from a hash and from the catalog, never from input.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import psycopg
@@ -250,6 +250,8 @@ class IndexKeeper:
         self._checked: dict[str, float] = {}
         self._conn: psycopg.Connection | None = None
         self._thread: threading.Thread | None = None
+        self._paused = 0  # explicit syncs of this process under way (paused)
+        self._busy = False  # a sync of the keeper's under way
         self.closed = False
         self.enabled = True
         self.built: list[Action] = []  # what it did, for tests and logs
@@ -298,11 +300,12 @@ class IndexKeeper:
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._queue and not self.closed:
+                while (not self._queue or self._paused) and not self.closed:
                     self._wake.wait()
                 if self.closed:
                     return
                 tenant = self._queue[0]
+                self._busy = True
             try:
                 done = sync(self.dsn, self.bound, tenants=[tenant], connected=self._connected)
                 self.built.extend(a for a in done if a.action != "keep")
@@ -323,8 +326,10 @@ class IndexKeeper:
             finally:
                 with self._lock:
                     self._conn = None
+                    self._busy = False
                     if self._queue and self._queue[0] == tenant:
                         self._queue.pop(0)
+                    self._wake.notify_all()
 
     def _connected(self, conn: psycopg.Connection) -> None:
         with self._lock:
@@ -332,6 +337,21 @@ class IndexKeeper:
             cancelled = self.closed
         if cancelled:
             conn.cancel_safe()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No build of the keeper's while the block runs (MemorySystem.sync_vector_indexes: its own sync
+        would otherwise find the lock taken); waits for a build under way to end first."""
+        with self._lock:
+            self._paused += 1
+            while self._busy and not self.closed:
+                self._wake.wait()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._paused -= 1
+                self._wake.notify_all()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Until every queued build is done (tests; a bulk loader that wants its indexes now)."""
