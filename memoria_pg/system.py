@@ -244,13 +244,15 @@ class MemorySystem:
         """Store one memory; returns its id, or None when it was already stored (same content/external id)."""
         # One record: written in this thread (store_many would start writer threads for it). As a
         # mapping, so that a field MemoryRecord does not have is an InputError, not a TypeError.
+        tenant = _tenant_of(fields, self.config.default_tenant)
         try:
-            return self.ingestor.store_batch([{"content": content, **fields}]).ids[0]
+            stored = self.ingestor.store_batch([{"content": content, **fields}]).ids[0]
         finally:  # also after a failure: the batch may have committed
-            tenant = _tenant_of(fields, self.config.default_tenant)
             if tenant is not None:  # not a tenant ingestion accepts: nothing of it was written
                 self.reads.wrote(tenant)
-                self._indexes_grown([tenant], throttled=True)
+        if tenant is not None:  # only after a success: a server that is down would make the check wait
+            self._indexes_grown([tenant], throttled=True)
+        return stored
 
     @translating
     def store_many(
@@ -276,15 +278,15 @@ class MemorySystem:
         writers = min(writers, self.config.pool_max_size)
         tenants: set[str] | None = set() if self.reads.enabled or self.index_keeper is not None else None
         try:
-            return self.ingestor.store_batches(
+            result = self.ingestor.store_batches(
                 _placed(_noting_tenants(records, tenants, self.config.default_tenant), size, wheres),
                 writers=writers, progress=progress, return_ids=return_ids,
             )  # fmt: skip
         finally:
             noted = tenants if tenants is None or len(tenants) <= MAX_NOTED_TENANTS else None
-            if self.reads.enabled:
-                self.reads.wrote(noted)
-            self._indexes_grown(noted)
+            self.reads.wrote(noted)
+        self._indexes_grown(noted)  # only after a success: a server that is down would make the check wait
+        return result
 
     def _indexes_grown(self, tenants: Iterable[str] | None, *, throttled: bool = False) -> None:
         """After a write: the IndexKeeper checks whether these tenants crossed the exact-search bound

@@ -37,13 +37,12 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from ..errors import SyncRunning
-from .database import connect
+from .database import Database, connect
 
 PREFIX = "memories_vec_"
 REGISTRY_SINCE = 15  # the schema revision (0015) that added memoria.vector_indexes
@@ -242,7 +241,7 @@ class IndexKeeper:
     leftover is dropped and built again by the next sync) and waits for the thread.
     """
 
-    def __init__(self, db: Any, dsn: str, bound: int, *, every_s: float = 60.0) -> None:
+    def __init__(self, db: Database, dsn: str, bound: int, *, every_s: float = 60.0) -> None:
         self.db, self.dsn, self.bound, self.every_s = db, dsn, bound, every_s
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
