@@ -103,3 +103,17 @@ def test_an_explicit_sync_of_the_same_system_never_meets_its_keepers_lock(auto: 
             }
         assert system.index_keeper.wait(60)
         assert set(recorded(auto.dsn)) == {(f"t{i}", "general") for i in range(5)}
+
+
+def test_a_load_across_many_tenants_checks_a_bounded_number_each_time(auto: Config, monkeypatch):
+    monkeypatch.setattr(vector_indexes, "MAX_CHECKS_PER_WRITE", 3)
+    with MemorySystem(auto, embedder=HashEmbedder()) as system:
+        keeper = system.index_keeper
+        checked: list[str] = []
+        real = keeper._missing
+        monkeypatch.setattr(keeper, "_missing", lambda tenant: checked.append(tenant) or real(tenant))
+        tenants = [f"t{i}" for i in range(7)]
+        system.store_many([r for t in tenants for r in notes(t, 2)])
+        assert len(checked) == 3
+        system.store_many([r for t in tenants for r in notes(t, 1, start=50)])
+        assert len(checked) == 6 and len(set(checked)) == 6  # the ones not checked yet come first

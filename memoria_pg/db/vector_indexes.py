@@ -225,6 +225,9 @@ WHERE i.indisvalid
 """
 
 
+MAX_CHECKS_PER_WRITE = 64  # tenants IndexKeeper checks after one write call (about 0.3 ms each)
+
+
 class IndexKeeper:
     """A library's own sync (Config.vector_index_auto): once a write takes a (tenant, memory type) past
     `bound` memories and it has no usable index of its own, `sync` runs for that tenant in a background
@@ -232,7 +235,8 @@ class IndexKeeper:
     `memoria-pg ingest` sync by themselves too).
 
     `wrote(tenants)` is called after each write with the tenants it touched: each is checked (one small
-    statement in its transaction, nothing beside a batch's work); after a single store (`throttled`), at
+    statement in its transaction, nothing beside a batch's work; after a load across more than
+    MAX_CHECKS_PER_WRITE tenants, that many, the least recently checked); after a single store (`throttled`), at
     most once per `every_s` seconds per tenant, so a stream of them costs a statement a minute per
     tenant and its index follows within a minute of the crossing. Builds run one at a time,
     in the order the tenants crossed. Another sync holding the database's lock (an administrator's, a
@@ -264,6 +268,8 @@ class IndexKeeper:
         wait = self.every_s if throttled else 0.0
         with self._lock:
             due = [t for t in tenants if now - self._checked.get(t, -math.inf) >= wait and t not in self._queue]
+            # a load across many tenants: those checked longest ago (or never) first, the rest next time
+            due = sorted(due, key=lambda t: self._checked.get(t, -math.inf))[:MAX_CHECKS_PER_WRITE]
             for tenant in due:
                 self._checked[tenant] = now
         for tenant in due:
