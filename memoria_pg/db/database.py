@@ -21,6 +21,7 @@ from psycopg.types.json import set_json_loads
 
 from ..errors import ExtensionMissing, PoolTimeout, SchemaError, ServerError
 from .budget import QueryBudget, current_budget
+from .pipeline import tenant_block
 
 APP_ROLE = "memoria_app"
 RENEW_AFTER_S = 0.01  # a budgeted transaction's statement timeout is renewed once it is older
@@ -213,6 +214,7 @@ class Database:
         generic_plans: bool = False,
         lock_timeout_ms: int | None = None,
         synchronous_commit: bool = True,
+        implicit: bool = False,
     ) -> Iterator[psycopg.Connection]:
         """A pooled connection inside a transaction whose row-level-security tenant is `tenant`.
 
@@ -224,6 +226,10 @@ class Database:
         `synchronous_commit` False: its COMMIT returns before its WAL is flushed (a crash may lose it;
         for best-effort writes only: the access statistics), so a standby-aware caller must take the
         WAL insert position as its write's (ReadRouter.wrote(..., asynchronous=True)).
+        `implicit`: the transaction is the one PostgreSQL opens for the statements of a pipeline up to
+        its Sync (db/pipeline.tenant_block): no BEGIN and no COMMIT round trip, and the settings travel
+        with the first statement. Only for a body of reads (or one write) that fetches each result it
+        needs: the block ends with a commit even when the body raises.
         Inside a query's budget (db/budget.py) its statements may run for what remains of the budget
         (at most statement_timeout_ms), and running out of it is QueryTimeout.
         """
@@ -235,7 +241,7 @@ class Database:
             synchronous_commit=synchronous_commit,
         )
         if budget is None:
-            with self.connection(app_role=False) as conn, conn.transaction():
+            with self.connection(app_role=False) as conn, tenant_block(conn, implicit):
                 settings(conn, tenant)
                 yield conn
             return
@@ -244,7 +250,7 @@ class Database:
         with (
             budget.enforced(pool_wait_capped=capped),
             self.connection(timeout=wait, app_role=False) as conn,
-            conn.transaction(),
+            tenant_block(conn, implicit),
         ):
             left, cap = budget.require_ms(), self._statement_timeout_ms
             settings(conn, tenant, statement_timeout_ms=min(left, cap) if cap else left)

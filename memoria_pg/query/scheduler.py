@@ -28,6 +28,7 @@ from ..core.types import SourceHit
 from ..db import Database
 from ..db.budget import current_budget
 from ..db.database import APP_ROLE
+from ..db.pipeline import tenant_block
 from ..db.replicas import server_failure
 
 SUBMITTED, COMPLETED, PENDING, FAILED = "submitted", "completed", "pending", "failed"
@@ -112,7 +113,7 @@ class Scheduler:
     def run_sequential(self, tasks: Mapping[str, WorkerFn], tenant: str) -> dict[str, list[SourceHit]]:
         """The same workers one after another on one connection (benchmarks compare against this)."""
         out: dict[str, list[SourceHit]] = {}
-        with self.db.transaction(tenant) as conn:
+        with self.db.transaction(tenant, implicit=True) as conn:
             for name, fn in tasks.items():
                 out[name] = fn(conn)
         return out
@@ -248,10 +249,11 @@ class _Run:
                     return None
                 self.conns[name] = conn
             try:
-                with conn.transaction():
-                    # The tenant, the role (Database.connection's app_role), the server-side
-                    # ceiling in case the client-side cancel is lost, and the worker's plan mode,
-                    # in one round trip.
+                # The transaction of the pipeline's statements (db/pipeline.tenant_block): no BEGIN
+                # or COMMIT round trip. The tenant, the role (Database.connection's app_role), the
+                # server-side ceiling in case the client-side cancel is lost, and the worker's plan
+                # mode go with the worker's first statement.
+                with tenant_block(conn, implicit=True):
                     conn.execute(
                         "SELECT set_config('memoria.tenant', %s, true), set_config('role', %s, true), "
                         "set_config('statement_timeout', %s, true), set_config('plan_cache_mode', %s, true)",
