@@ -1,0 +1,130 @@
+"""What a tenant block costs around its statements: the explicit transaction (BEGIN, the settings,
+the statements, COMMIT: a round trip each) against the pipeline's implicit one (db/pipeline.tenant_block:
+the settings travel with the first statement, the Sync commits), through `Database.transaction` as the
+query path calls it, alternating block by block on one pooled connection.
+
+    python benchmarks/transactions.py [--dsn postgresql://postgres@127.0.0.1:55432/postgres] [--blocks 3000]
+
+Each block sets the tenant (with the role, the plan mode and the statement timeout, as a query's reads
+do) and runs one small read of the schema (the tenant's BM25 document counts); a second form runs two
+reads, fetching between them. Reported: p50 / p95 wall, client CPU and the backend's CPU per block
+(/proc/<pid>/schedstat: the server must run on this machine), and the per-block ratio. A database
+`memoria_bench_transactions` is created (migrated) and dropped. Writes results/scale/<timestamp>-transactions.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from memoria_pg import Config, MemorySystem
+from memoria_pg.db import Database
+from memoria_pg.db.budget import query_budget
+
+OUT = Path(__file__).resolve().parent.parent / "results" / "scale"
+READ = "SELECT coalesce(sum(n_docs), 0) FROM memoria.bm25_docs WHERE tenant = current_setting('memoria.tenant')"
+
+
+def cpu_ns(pid: int) -> int:
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--dsn", default=os.environ.get("MEMORIA_BENCH_DSN", "postgresql://postgres@127.0.0.1:55432/postgres")
+    )
+    p.add_argument("--blocks", type=int, default=3000)
+    args = p.parse_args(argv)
+    name = "memoria_bench_transactions"
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    params = psycopg.conninfo.conninfo_to_dict(args.dsn)
+    params["dbname"] = name
+    dsn = psycopg.conninfo.make_conninfo(**params)
+    try:
+        with MemorySystem(Config(dsn=dsn, use_age=False, vector_index_auto=False), auto_migrate=True) as system:
+            system.store("a memory so the tenant has a BM25 document count", tenant="t")
+        db = Database(dsn, min_size=1, max_size=1)
+        try:
+            figures = measure(db, args.blocks)
+        finally:
+            db.close()
+    finally:
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    text = report(figures, args.blocks)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"{dt.datetime.now():%Y%m%dT%H%M%S}-transactions.md").write_text(text)
+    print(text)
+    return 0
+
+
+def measure(db: Database, blocks: int) -> dict[str, dict[str, list[float]]]:
+    with db.connection() as conn:
+        pid = conn.info.backend_pid
+
+    def block(implicit: bool, reads: int) -> None:
+        with query_budget(30000), db.transaction("t", generic_plans=True, implicit=implicit) as conn:
+            for _ in range(reads):
+                conn.execute(READ).fetchall()
+
+    forms = {
+        f"{kind}, {reads} read{'s' if reads > 1 else ''}": (implicit, reads)
+        for reads in (1, 2)
+        for kind, implicit in (("explicit", False), ("implicit", True))
+    }
+    out: dict[str, dict[str, list[float]]] = {f: {"ms": [], "client": [], "server": []} for f in forms}
+    for rnd in range(2):  # round 0 warms the plans
+        for i in range(blocks if rnd else 200):
+            names = list(forms)
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                implicit, reads = forms[name]
+                s0, c0, t0 = cpu_ns(pid), time.thread_time(), time.perf_counter()
+                block(implicit, reads)
+                ms, client, server = (time.perf_counter() - t0) * 1000, time.thread_time() - c0, cpu_ns(pid) - s0
+                if rnd:
+                    out[name]["ms"].append(ms)
+                    out[name]["client"].append(client * 1000)
+                    out[name]["server"].append(server / 1e6)
+    return out
+
+
+def report(out: dict[str, dict[str, list[float]]], blocks: int) -> str:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    lines = [
+        f"# A tenant block's cost: explicit transaction against the pipeline's implicit one "
+        f"({time.strftime('%Y-%m-%d %H:%M')}, commit {commit}, {os.cpu_count()} CPUs)",
+        "",
+        f"{blocks} blocks per form, the forms alternating block by block on one pooled connection "
+        "(`Database.transaction(..., implicit=...)` inside a query budget, as the query path runs them).",
+        "",
+        "| form | p50 ms | p95 ms | client CPU ms | server CPU ms | explicit / implicit (median per block) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, r in out.items():
+        pair = name.replace("implicit", "explicit") if name.startswith("implicit") else None
+        ratio = (
+            f"{statistics.median(a / b for a, b in zip(out[pair]['ms'], r['ms'], strict=True)):.2f}" if pair else "-"
+        )
+        p95 = sorted(r["ms"])[int(0.95 * len(r["ms"]))]
+        lines.append(
+            f"| {name} | {statistics.median(r['ms']):.3f} | {p95:.3f} | {statistics.mean(r['client']):.3f} | "
+            f"{statistics.mean(r['server']):.3f} | {ratio} |"
+        )
+    lines += ["", f"1-minute load average at the end: {os.getloadavg()[0]:.1f}."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
