@@ -4,6 +4,12 @@ the settings travel with the first statement, the Sync commits), through `Databa
 query path calls it, alternating block by block on one pooled connection.
 
     python benchmarks/transactions.py [--dsn postgresql://postgres@127.0.0.1:55432/postgres] [--blocks 3000]
+    python benchmarks/transactions.py --locomo /work/shared/eval [--queries 400]
+
+With --locomo, whole queries instead: the LoCoMo dev turns (loaded once into `memoria_ab_locomo`, as
+benchmarks/before_after.py loads them) and its questions with their cached vectors, V4 retrieval-only,
+V3 retrieval-only and V3 as by default (ranking and the access write), each query run with implicit
+blocks and with explicit transactions (db/pipeline.IMPLICIT) in one process, the order alternating.
 
 Each block sets the tenant (with the role, the plan mode and the statement timeout, as a query's reads
 do) and runs one small read of the schema (the tenant's BM25 document counts); a second form runs two
@@ -44,7 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         "--dsn", default=os.environ.get("MEMORIA_BENCH_DSN", "postgresql://postgres@127.0.0.1:55432/postgres")
     )
     p.add_argument("--blocks", type=int, default=3000)
+    p.add_argument("--locomo", type=Path, help="whole LoCoMo queries: the folder holding locomo/")
+    p.add_argument("--queries", type=int, default=400)
     args = p.parse_args(argv)
+    if args.locomo:
+        return queries(args)
     name = "memoria_bench_transactions"
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
@@ -121,6 +131,84 @@ def report(out: dict[str, dict[str, list[float]]], blocks: int) -> str:
         lines.append(
             f"| {name} | {statistics.median(r['ms']):.3f} | {p95:.3f} | {statistics.mean(r['client']):.3f} | "
             f"{statistics.mean(r['server']):.3f} | {ratio} |"
+        )
+    lines += ["", f"1-minute load average at the end: {os.getloadavg()[0]:.1f}."]
+    return "\n".join(lines) + "\n"
+
+
+def queries(args: argparse.Namespace) -> int:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import before_after
+
+    from memoria_pg.db import pipeline
+
+    before_after.load_locomo(args.dsn, "memoria_ab_locomo", args.locomo)
+    params = psycopg.conninfo.conninfo_to_dict(args.dsn)
+    params["dbname"] = "memoria_ab_locomo"
+    questions, vectors = before_after.locomo_queries(args.locomo, args.queries)
+    modes = {"V4 retrieval-only": (True, False), "V3 retrieval-only": (False, False), "V3 as by default": (False, True)}
+    out: dict[str, dict[str, list[float]]] = {}
+    config = Config(dsn=psycopg.conninfo.make_conninfo(**params), use_age=False, vector_index_auto=False)
+    with MemorySystem(config) as system:
+        for mode, (v4, ranking) in modes.items():
+
+            def one(i: int, v4: bool = v4, ranking: bool = ranking) -> list[int]:
+                q = questions[i]
+                found = system.query(
+                    q.text, tenant=q.tenant, embedding=vectors[i], v4=v4, ranking=ranking, candidates=False
+                )
+                return [m.memory_id for m in found.memories]
+
+            for i in range(len(questions)):  # warm-up: plans, pool
+                one(i)
+            runs: dict[bool, dict[str, list[float]]] = {flag: {"ms": [], "client": []} for flag in (False, True)}
+            same = 0
+            for rnd in range(2):
+                for i in range(len(questions)):
+                    answers = {}
+                    for implicit in (True, False) if (i + rnd) % 2 else (False, True):
+                        pipeline.IMPLICIT = implicit
+                        c0, t0 = time.thread_time(), time.perf_counter()
+                        answers[implicit] = one(i)
+                        runs[implicit]["ms"].append((time.perf_counter() - t0) * 1000)
+                        runs[implicit]["client"].append((time.thread_time() - c0) * 1000)
+                    same += answers[True] == answers[False]
+            pipeline.IMPLICIT = True
+            out[f"{mode}, explicit"] = runs[False]
+            out[f"{mode}, implicit"] = runs[True]
+            out[f"{mode}, implicit"]["same"] = [same / (2 * len(questions))]
+    text = report_queries(out, len(questions))
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"{dt.datetime.now():%Y%m%dT%H%M%S}-transactions-locomo.md").write_text(text)
+    print(text)
+    return 0
+
+
+def report_queries(out: dict[str, dict[str, list[float]]], n: int) -> str:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    lines = [
+        f"# Whole queries with implicit blocks against explicit transactions ({time.strftime('%Y-%m-%d %H:%M')}, "
+        f"commit {commit}, {os.cpu_count()} CPUs)",
+        "",
+        f"LoCoMo dev, {n} questions x 2 rounds, cached vectors supplied, one process and MemorySystem; each "
+        "query runs both ways, the order alternating (db/pipeline.IMPLICIT). Client CPU: the calling thread's.",
+        "",
+        "| query | blocks | p50 ms | p95 ms | client CPU ms (mean) | explicit / implicit (median per query) | same answers |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in out.items():
+        explicit = out[name.replace("implicit", "explicit")] if name.endswith("implicit") else None
+        ratio = (
+            f"{statistics.median(a / b for a, b in zip(explicit['ms'], r['ms'], strict=True)):.2f}" if explicit else "-"
+        )
+        same = f"{r['same'][0]:.1%}" if "same" in r else "-"
+        mode, _, kind = name.rpartition(", ")
+        p95 = sorted(r["ms"])[int(0.95 * len(r["ms"]))]
+        lines.append(
+            f"| {mode} | {kind} | {statistics.median(r['ms']):.2f} | {p95:.2f} | {statistics.mean(r['client']):.2f} "
+            f"| {ratio} | {same} |"
         )
     lines += ["", f"1-minute load average at the end: {os.getloadavg()[0]:.1f}."]
     return "\n".join(lines) + "\n"

@@ -8,6 +8,9 @@ from typing import Any
 import psycopg
 
 SUPPORTED = psycopg.Pipeline.is_supported()
+# tenant_block's implicit transactions; False turns every block into an explicit transaction (the
+# comparison of benchmarks/transactions.py, query by query in one process).
+IMPLICIT = True
 
 
 def pipelined(conn: psycopg.Connection, enabled: bool = True) -> contextlib.AbstractContextManager[Any]:
@@ -24,10 +27,11 @@ def tenant_block(conn: psycopg.Connection, implicit: bool) -> contextlib.Abstrac
     of a pipeline and ends at its Sync (the protocol's rule: the extended-query messages up to a Sync
     are one transaction unless they hold a BEGIN). The second saves the BEGIN and COMMIT round trips
     and sends the tenant's settings (set_config(..., true), local to that transaction) with the first
-    statement: 0.31 against 0.57 ms for a settings statement and one read (results/scale/
-    20261203T0655-implicit-transactions.md). A fetch inside the block flushes without a Sync, so
-    every statement of the block sees the settings; the block's end is a commit even when its body
+    statement: 0.47 against 0.75 ms p50 for the settings and one read on an idle host
+    (benchmarks/transactions.py; whole queries: README, "Why these defaults"). A fetch inside the
+    block flushes without a Sync, so every statement of the block sees the settings; the block's end
+    is a commit even when its body
     raises, hence reads (or a single write) only. Without pipeline support: the explicit transaction."""
-    if implicit and SUPPORTED:
+    if implicit and IMPLICIT and SUPPORTED:
         return conn.pipeline()
     return conn.transaction()
