@@ -33,12 +33,12 @@ class Lifecycle:
             raise InputError("give either a memory id or external_id=")
         if memory_id is not None:
             validation.memory_id(memory_id)
-        with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
+        with self.db.transaction(validation.tenant(tenant), implicit=True) as conn, schema_current():
             return reads.fetch(conn, memory_id, None if external_id is None else str(external_id))
 
     def page(self, tenant: str, *, memory_type: str | None, where: dict[str, Any] | None, after: int,
              limit: int) -> list[Memory]:  # fmt: skip
-        with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
+        with self.db.transaction(validation.tenant(tenant), implicit=True) as conn, schema_current():
             return reads.page(conn, memory_type=memory_type, where=where, after=after, limit=limit)
 
     def update(self, memory_id: int, tenant: str, fields: Mapping[str, Any],
@@ -80,7 +80,7 @@ class Lifecycle:
 
     def history(self, memory_id: int, tenant: str) -> list[HistoryEvent]:
         validation.memory_id(memory_id)
-        with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
+        with self.db.transaction(validation.tenant(tenant), implicit=True) as conn, schema_current():
             return reads.history(conn, memory_id)
 
 
