@@ -64,6 +64,24 @@ def test_v3_reads_only_the_rows_returned_too(moves):
         assert lean.diagnostics.worker_hits == full.diagnostics.worker_hits
 
 
+def test_the_rows_read_carry_the_same_access_statistics(moves):
+    # The first-rows form reads memory_access per returned row (a subquery above its limit); the whole
+    # list joins it. After ranked queries (which record access), both give the same counts and times.
+    system, _ = moves
+    embedder = HashEmbedder()
+    texts = [f"{p} visited {c}" for p, c in zip(PEOPLE[:8], CITIES)]
+    for text in texts * 2:
+        system.query(text, tenant="t", top_k=3, embedding=embedder.embed([text])[0])  # ranked: records access
+    counted = 0
+    for text in texts:
+        full, lean = answers(system, text, top_k=3, embedding=embedder.embed([text])[0])
+        assert [(m.access_count, m.last_accessed_at) for m in lean.memories] == [
+            (m.access_count, m.last_accessed_at) for m in full.memories
+        ]
+        counted += sum(m.access_count > 0 and m.last_accessed_at is not None for m in lean.memories)
+    assert counted >= len(texts)  # the statistics were there to read
+
+
 def test_facts_that_changed_are_placed_as_with_the_whole_list(moves):
     # "Where does X live?" meets the attribute worker's current and superseded facts: a superseded one
     # is moved below the best current one wherever that was read, so such a query reads every row;

@@ -55,6 +55,24 @@ _TOP_EDITS = (
         "\nORDER BY o.pos\n",
         "\nORDER BY m.memory_type IS DISTINCT FROM %(prefer_type)s::text, o.pos\nLIMIT %(fetch)s::bigint\n",
     ),
+    # The access statistics as one subquery per column instead of the join: the planner evaluates
+    # them above the sort and limit, for the rows returned only, not for every candidate (a probe of
+    # memory_access each; the full form keeps the join, whose Memoize serves the whole list).
+    (
+        "       greatest(least(a.last_accessed_at, '9999-12-31 07:59:59.999999+00'), '0001-01-01 16:00:00+00') "
+        "AS last_accessed_at,\n"
+        "       coalesce(a.access_count, 0) AS access_count,\n",
+        "       (SELECT greatest(least(a.last_accessed_at, '9999-12-31 07:59:59.999999+00'), "
+        "'0001-01-01 16:00:00+00')\n"
+        "        FROM memoria.memory_access a WHERE a.tenant = m.tenant AND a.memory_id = m.id) AS last_accessed_at,\n"
+        "       coalesce((SELECT a.access_count FROM memoria.memory_access a\n"
+        "                 WHERE a.tenant = m.tenant AND a.memory_id = m.id), 0) AS access_count,\n",
+    ),
+    (
+        "LEFT JOIN memoria.memory_access a ON a.tenant = m.tenant AND a.memory_id = m.id"
+        "  -- none: never returned ranked\n",
+        "",
+    ),
 )
 
 
