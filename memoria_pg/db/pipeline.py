@@ -30,8 +30,8 @@ def tenant_block(conn: psycopg.Connection, implicit: bool) -> contextlib.Abstrac
     statement: 0.47 against 0.75 ms p50 for the settings and one read on an idle host
     (benchmarks/transactions.py; whole queries: README, "Why these defaults"). A fetch inside the
     block flushes without a Sync, so every statement of the block sees the settings; the block's end
-    is a commit even when its body
-    raises, hence reads (or a single write) only. Without pipeline support: the explicit transaction."""
+    is a commit even when its body raises, hence reads (or a single write) only. Without pipeline
+    support: the explicit transaction."""
     if implicit and IMPLICIT and SUPPORTED:
         return conn.pipeline()
     return conn.transaction()
