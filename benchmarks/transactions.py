@@ -110,24 +110,37 @@ def measure(db: Database, blocks: int) -> dict[str, dict[str, list[float]]]:
     return out
 
 
-def report(out: dict[str, dict[str, list[float]]], blocks: int) -> str:
+def heading(title: str, description: str, columns: list[str]) -> list[str]:
+    """A report's title (with the time, commit and CPUs), its description and its table's header."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    lines = [
-        f"# A tenant block's cost: explicit transaction against the pipeline's implicit one "
-        f"({time.strftime('%Y-%m-%d %H:%M')}, commit {commit}, {os.cpu_count()} CPUs)",
+    return [
+        f"# {title} ({time.strftime('%Y-%m-%d %H:%M')}, commit {commit}, {os.cpu_count()} CPUs)",
         "",
+        description,
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
+
+
+def compare(r: dict[str, list[float]], explicit: dict[str, list[float]] | None) -> tuple[str, float]:
+    """The median per-item ratio of the explicit form's wall time to this one's ("-" for the explicit
+    form itself), and this form's p95."""
+    ratio = "-"
+    if explicit is not None:
+        ratio = f"{statistics.median(a / b for a, b in zip(explicit['ms'], r['ms'], strict=True)):.2f}"
+    return ratio, sorted(r["ms"])[int(0.95 * len(r["ms"]))]
+
+
+def report(out: dict[str, dict[str, list[float]]], blocks: int) -> str:
+    lines = heading(
+        "A tenant block's cost: explicit transaction against the pipeline's implicit one",
         f"{blocks} blocks per form, the forms alternating block by block on one pooled connection "
         "(`Database.transaction(..., implicit=...)` inside a query budget, as the query path runs them).",
-        "",
-        "| form | p50 ms | p95 ms | client CPU ms | server CPU ms | explicit / implicit (median per block) |",
-        "|---|---|---|---|---|---|",
-    ]
+        ["form", "p50 ms", "p95 ms", "client CPU ms", "server CPU ms", "explicit / implicit (median per block)"],
+    )
     for name, r in out.items():
-        pair = name.replace("implicit", "explicit") if name.startswith("implicit") else None
-        ratio = (
-            f"{statistics.median(a / b for a, b in zip(out[pair]['ms'], r['ms'], strict=True)):.2f}" if pair else "-"
-        )
-        p95 = sorted(r["ms"])[int(0.95 * len(r["ms"]))]
+        ratio, p95 = compare(r, out[name.replace("implicit", "explicit")] if name.startswith("implicit") else None)
         lines.append(
             f"| {name} | {statistics.median(r['ms']):.3f} | {p95:.3f} | {statistics.mean(r['client']):.3f} | "
             f"{statistics.mean(r['server']):.3f} | {ratio} |"
@@ -187,25 +200,17 @@ def queries(args: argparse.Namespace) -> int:
 
 
 def report_queries(out: dict[str, dict[str, list[float]]], n: int) -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    lines = [
-        f"# Whole queries with implicit blocks against explicit transactions ({time.strftime('%Y-%m-%d %H:%M')}, "
-        f"commit {commit}, {os.cpu_count()} CPUs)",
-        "",
+    lines = heading(
+        "Whole queries with implicit blocks against explicit transactions",
         f"LoCoMo dev, {n} questions x 2 rounds, cached vectors supplied, one process and MemorySystem; each "
         "query runs both ways, the order alternating (db/pipeline.IMPLICIT). Client CPU: the calling thread's.",
-        "",
-        "| query | blocks | p50 ms | p95 ms | client CPU ms (mean) | explicit / implicit (median per query) | same answers |",
-        "|---|---|---|---|---|---|---|",
-    ]
+        ["query", "blocks", "p50 ms", "p95 ms", "client CPU ms (mean)", "explicit / implicit (median per query)",
+         "same answers"],
+    )  # fmt: skip
     for name, r in out.items():
-        explicit = out[name.replace("implicit", "explicit")] if name.endswith("implicit") else None
-        ratio = (
-            f"{statistics.median(a / b for a, b in zip(explicit['ms'], r['ms'], strict=True)):.2f}" if explicit else "-"
-        )
+        ratio, p95 = compare(r, out[name.replace("implicit", "explicit")] if name.endswith("implicit") else None)
         same = f"{r['same'][0]:.1%}" if "same" in r else "-"
         mode, _, kind = name.rpartition(", ")
-        p95 = sorted(r["ms"])[int(0.95 * len(r["ms"]))]
         lines.append(
             f"| {mode} | {kind} | {statistics.median(r['ms']):.2f} | {p95:.2f} | {statistics.mean(r['client']):.2f} "
             f"| {ratio} | {same} |"
