@@ -13,9 +13,11 @@ from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.core.types import CandidateRecord, SourceHit
 from memoria_pg.query.candidates import (
+    _top_text,
     build_candidates,
     candidate_statement,
     filter_by_type,
+    final_cte_params,
     float_array,
     int_array,
     text_array,
@@ -124,6 +126,29 @@ def test_the_final_cte_reads_each_candidate_from_its_own_shard_once(system):
     assert sum(scan["Actual Loops"] for scan in scans) == len(ids)  # 24 probes, not 24 x 7 shards
     assert sum(scan["Actual Rows"] * scan["Actual Loops"] for scan in scans) == len(ids)
     assert all("ANY" not in scan.get("Index Cond", "") for scan in scans)
+
+
+def _relation(node: dict, name: str) -> list[dict]:
+    """The plan nodes under `node` (subplans included) that scan the table `name` (EXPLAIN's JSON)."""
+    own = [node] if node.get("Relation Name") == name else []
+    return own + [scan for child in node.get("Plans", []) for scan in _relation(child, name)]
+
+
+def test_the_first_rows_read_the_access_statistics_of_the_rows_returned_only(system):
+    """The first-rows form (candidates._TOP_EDITS) probes memory_access for each row it returns, above
+    its limit, not for each candidate; the full form joins it for every candidate."""
+    ids = system.store_many([{"content": f"note {i} about Lisbon", "tenant": "t"} for i in range(24)]).ids
+    hits = {"bm25": [SourceHit(m, "bm25", i + 1, 30.0 - i, "general") for i, m in enumerate(ids)]}
+    probes = {}
+    for form, fetch in (("first rows", 3), ("full", None)):
+        params = final_cte_params(hits, DECLARED, cap=200, rrf_k=60, depth=20, fetch=fetch, prefer_type=None)
+        text = _top_text() if fetch else candidate_statement(hits, DECLARED, cap=200, rrf_k=60, depth=20)[0]
+        with system.db.transaction("t", generic_plans=True) as conn:
+            conn.execute("SET LOCAL enable_seqscan = off")  # a few rows: the plan a large tenant gets
+            plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + text, params).fetchone()[0][0]["Plan"]
+        probes[form] = sum(scan["Actual Loops"] for scan in _relation(plan, "memory_access"))
+    assert probes["first rows"] == 2 * 3  # two columns' subqueries, for each of the 3 rows returned
+    assert probes["full"] >= len(ids)  # the join, once per candidate (or one pass over the table)
 
 
 def test_score_fusion_normalizes_each_source_within_its_list(system, five):
