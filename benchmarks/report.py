@@ -554,8 +554,8 @@ def _rest(results: dict[str, Any], L: list[str]) -> str:
         ]
     L += [
         f"Scheduler overhead: `Scheduler.run` with the same number of no-op tasks (median "
-        f"{f(cc['workers_per_query'], 0)} per query: pool checkout, then the settings sent with the Sync of the pipeline's implicit "
-        f"transaction, one round trip) takes "
+        f"{f(cc['workers_per_query'], 0)} per query: pool checkout, then the settings sent with the Sync of "
+        f"the pipeline's implicit transaction, one round trip) takes "
         f"p50 {f(cc['noop_concurrent_ms']['p50'])} ms, p95 {f(cc['noop_concurrent_ms']['p95'])} ms.",
         "",
     ]
