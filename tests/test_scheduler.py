@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from memoria_pg.core.types import SourceHit
+from memoria_pg.db import Database
 from memoria_pg.query.diagnostics import Diagnostics
 from memoria_pg.query.pipeline import QueryRequest
 from memoria_pg.query.scheduler import CompletionPolicy, Scheduler, Task
@@ -251,3 +252,30 @@ def test_the_deadline_counts_from_the_last_add(scheduler):
     assert early.finish().states == {"bm25": "completed", "vector": "completed"}
     with pytest.raises(ValueError, match="already started"):
         scheduler.start({"vector": one_hit("vector")}, tenant="t", deadline_ms=300).add({"vector": one_hit("vector")})
+
+
+def test_a_plan_mode_a_previous_borrower_left_does_not_reach_the_next_worker(system):
+    """The plan mode is every tenant transaction's own (set_tenant, which the workers run too): a
+    borrower that changed the session's mode (e.g. `memory.run(fn)` with a plain SET) hands the next
+    worker and the next tenant transaction the pool's custom plans, not its generic ones."""
+    db = Database(system.config.dsn, min_size=1, max_size=1)
+    scheduler = Scheduler(db, max_workers=1)
+    try:
+        with db.connection() as conn:
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+        seen: list[str] = []
+
+        def read(conn: psycopg.Connection) -> list[SourceHit]:
+            seen.append(conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()[0])
+            return []
+
+        scheduler.run({"custom": Task(read), "generic": Task(read, generic_plans=True)}, tenant="t", deadline_ms=5000)
+        with db.transaction("t", implicit=True) as conn:
+            seen.append(conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()[0])
+        with db.connection() as conn:
+            left = conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()[0]
+        assert seen == ["force_custom_plan", "force_generic_plan", "force_custom_plan"]
+        assert left == "force_generic_plan", "the session's own mode is untouched: only each transaction's is set"
+    finally:
+        scheduler.close()
+        db.close()

@@ -170,7 +170,7 @@ class Database:
         the socket, so the socket is readable; only then is a statement sent, and it raises.
         An idle, healthy connection's socket has nothing to read. (The round trip per checkout this
         replaces was 6-8 per V4 query.) The role is asserted by the borrower: `connection`'s
-        SET ROLE, or the first statement of a tenant transaction (set_tenant, the scheduler's)."""
+        SET ROLE, or the first statement of a tenant transaction (set_tenant, which the scheduler's workers run too)."""
         conn.autocommit = True
         if conn.closed or conn.broken:
             raise psycopg.OperationalError("the pooled connection is closed")
@@ -302,12 +302,15 @@ def set_tenant(
     lock_timeout_ms: int | None = None,
     synchronous_commit: bool = True,
 ) -> None:
-    """The transaction's tenant and role (and, when asked, its plan cache mode, statement and lock
+    """The transaction's tenant, role and plan cache mode (and, when asked, its statement and lock
     timeouts, and an asynchronous commit) in one round trip. The role is the application role
-    whatever the session's is (`Database.connection`'s app_role)."""
-    settings = [("memoria.tenant", tenant), ("role", APP_ROLE)]
-    if generic_plans:
-        settings.append(("plan_cache_mode", "force_generic_plan"))
+    whatever the session's is (`Database.connection`'s app_role); the plan mode is the pool's custom
+    plans, or cached generic ones with `generic_plans`, whatever a previous borrower left."""
+    settings = [
+        ("memoria.tenant", tenant),
+        ("role", APP_ROLE),
+        ("plan_cache_mode", "force_generic_plan" if generic_plans else "force_custom_plan"),
+    ]
     if statement_timeout_ms is not None:
         settings.append(("statement_timeout", str(statement_timeout_ms)))
     if lock_timeout_ms is not None:

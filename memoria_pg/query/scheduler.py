@@ -27,7 +27,7 @@ import psycopg
 from ..core.types import SourceHit
 from ..db import Database
 from ..db.budget import current_budget
-from ..db.database import APP_ROLE
+from ..db.database import set_tenant
 from ..db.pipeline import tenant_block
 from ..db.replicas import server_failure
 
@@ -252,13 +252,12 @@ class _Run:
                 # The transaction of the pipeline's statements (db/pipeline.tenant_block): no BEGIN
                 # or COMMIT round trip. The tenant, the role (Database.connection's app_role), the
                 # server-side ceiling in case the client-side cancel is lost, and the worker's plan
-                # mode go with the worker's first statement.
+                # mode (generic, or the session's custom plans) go with the worker's first statement.
                 with tenant_block(conn, implicit=True):
-                    conn.execute(
-                        "SELECT set_config('memoria.tenant', %s, true), set_config('role', %s, true), "
-                        "set_config('statement_timeout', %s, true), set_config('plan_cache_mode', %s, true)",
-                        (self.tenant, APP_ROLE, str(ceiling_ms), _plan_mode(fn)),
-                    )
+                    set_tenant(
+                        conn, self.tenant, generic_plans=getattr(fn, "generic_plans", False),
+                        statement_timeout_ms=ceiling_ms,
+                    )  # fmt: skip
                     return fn(conn)
             finally:
                 self._release(name, conn)
@@ -292,10 +291,6 @@ class _Run:
         finally:
             for cancel in self.cancels.values():
                 cancel.done.set()
-
-
-def _plan_mode(fn: WorkerFn) -> str:
-    return "force_generic_plan" if getattr(fn, "generic_plans", False) else "force_custom_plan"
 
 
 def _finish_reason(states: Mapping[str, str]) -> str:
