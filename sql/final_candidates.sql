@@ -24,12 +24,13 @@
 --            chosen by leave-one-set-out over the five dev sets (README, "Fusion"; benchmarks/fusion_lab.py). No labels, no state:
 --            one aggregate over the hits, so the statement costs what it did.
 --   'rrf':   sum over sources of weight / (rrf_k + rank) for ranks <= %(depth)s (weights as declared).
--- Rows: every capped candidate valid at the query time, in retrieval order. A retrieval-only query that
--- returns top_k memories and no candidate list (query(..., candidates=False)) runs this statement with
--- two counts added and its last line replaced (candidates._TOP_EDITS): its first `fetch` rows only, the
--- preferred type's first (the type filter keeps only those when there is one), each row with the number
--- of candidates and of those of that type, so that the caller knows what it left unread
--- (candidates._order_holds). Not here: the counts' window spools every row (0.5 ms at 100 rows).
+-- Rows: every capped candidate valid at the query time, in retrieval order. A retrieval-only query as of
+-- now that returns top_k memories and no candidate list (query(..., candidates=False)) runs this
+-- statement with candidates._TOP_EDITS: the candidates no longer valid are found in the partial index
+-- memories_invalid (migration 0018) and left out, and only the rows of the first `fetch` others are
+-- read, the preferred type's first (the type filter keeps only those when there is one), each row with
+-- the number of valid candidates and of those of that type, so that the caller knows what it left
+-- unread (candidates._order_holds): about 10 rows read instead of up to 200.
 -- The rows are read one candidate at a time, each from its own shard: a lateral probe by (tenant, id,
 -- memory_type), which prunes the other shards at run time. A join on id = ANY(ids) probed every
 -- shard's index with every id (7 shards, 200 candidates: 1,400 index descents for 200 rows), and

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg.rows import dict_row
 
 from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
@@ -149,6 +150,47 @@ def test_the_first_rows_read_the_access_statistics_of_the_rows_returned_only(sys
         probes[form] = sum(scan["Actual Loops"] for scan in _relation(plan, "memory_access"))
     assert probes["first rows"] == 2 * 3  # two columns' subqueries, for each of the 3 rows returned
     assert probes["full"] >= len(ids)  # the join, once per candidate (or one pass over the table)
+
+
+def test_the_first_rows_read_only_the_rows_they_return_and_count_out_what_stopped_holding(system):
+    """The first-rows form reads the memories rows of the first `fetch` valid candidates only: the
+    candidates no longer valid (here 5 of 24, invalidated, two of them among the first) are found in
+    the partial index memories_invalid (migration 0018), left out of the list and of both counts, and
+    never read; what it returns is the full form's first rows, with the full form's counts."""
+    ids = system.store_many([{"content": f"note {i} about Porto", "tenant": "t"} for i in range(24)]).ids
+    for memory_id in (ids[0], ids[2], ids[9], ids[17], ids[23]):
+        system.invalidate(memory_id, tenant="t")
+    hits = {"bm25": [SourceHit(m, "bm25", i + 1, 30.0 - i, "general") for i, m in enumerate(ids)]}
+    with system.db.transaction("t", generic_plans=True) as conn:
+        full = build_candidates(conn, hits, DECLARED, cap=200, rrf_k=60, depth=20)
+        first = build_candidates(conn, hits, DECLARED, cap=200, rrf_k=60, depth=20, fetch=3)
+        params = final_cte_params(hits, DECLARED, cap=200, rrf_k=60, depth=20, fetch=3, prefer_type="general")
+        conn.execute("SET LOCAL enable_seqscan = off")  # a few rows: the plan a large tenant gets
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + _top_text(), params).fetchone()[0][0]["Plan"]
+        rows = conn.cursor(row_factory=dict_row).execute(_top_text(), params).fetchall()
+    assert [c.memory_id for c in full] == [m for m in ids if m not in (ids[0], ids[2], ids[9], ids[17], ids[23])]
+    assert [c.memory_id for c in first] == [c.memory_id for c in full][:3] == [ids[1], ids[3], ids[4]]
+    assert first.total == full.total == 19
+    assert [(r["candidate_total"], r["preferred_total"]) for r in rows] == [(19, 19)] * 3
+    scans = _relation(plan, "memories_general")
+    invalid = [scan for scan in scans if "valid_to" in scan.get("Index Name", "")]  # memories_invalid's
+    assert sum(scan["Actual Rows"] * scan["Actual Loops"] for scan in invalid) == 5
+    read = sum(scan["Actual Rows"] * scan["Actual Loops"] for scan in scans if scan not in invalid)
+    assert read == 3, "the rows of the 3 returned are read, not those of 24 candidates"
+
+
+def test_a_candidate_gone_since_its_worker_read_it_leaves_no_row_out(system):
+    """A memory deleted between a worker's statement and the final CTE takes its place in the
+    first-rows form's list but has no row: the caller reads the whole list then, and gets the rows
+    the full form gives."""
+    ids = system.store_many([{"content": f"line {i} of Braga", "tenant": "t"} for i in range(8)]).ids
+    hits = {"bm25": [SourceHit(m, "bm25", i + 1, 20.0 - i, "general") for i, m in enumerate(ids)]}
+    system.delete(ids[1], tenant="t")
+    with system.db.transaction("t", generic_plans=True) as conn:
+        full = build_candidates(conn, hits, DECLARED, cap=200, rrf_k=60, depth=20)
+        first = build_candidates(conn, hits, DECLARED, cap=200, rrf_k=60, depth=20, fetch=3)
+    assert [c.memory_id for c in first][:3] == [c.memory_id for c in full][:3] == [ids[0], ids[2], ids[3]]
+    assert first.total == full.total == 7
 
 
 def test_score_fusion_normalizes_each_source_within_its_list(system, five):

@@ -43,17 +43,47 @@ _V3_EDITS = (
 )
 _HIT_ARRAYS = ("ids", "types", "sources", "ranks", "scores")  # the hits' parameters: V3 has none
 # How the final CTE reads only its first %(fetch)s rows (build_candidates' `fetch`): the preferred type's
-# first, each row with the number of candidates and of those of that type (_order_holds reads them).
+# first, each row with the number of candidates and of those of that type (_order_holds reads them),
+# both counting only the candidates valid at the query time. Which candidates stopped holding is read
+# from the partial index memories_invalid (migration 0018: the memories whose valid_to is set), not
+# from their rows; they are left out of the ordered list, and only the rows of its first %(fetch)s
+# are read: about 10 index probes and heap rows instead of one per candidate (up to 200), which at 1M
+# memories, with the heap past the buffer cache, were most of the statement's time. Only for queries
+# as of now (build_candidates reads every row for an as_of query, whose validity also depends on when
+# a memory began to hold, which that index does not hold). A candidate whose row is gone (deleted
+# since the workers read it) takes its place in the list but comes back as no row: build_candidates
+# then reads every row.
 _FIRST_SELECT = "SELECT m.id AS memory_id, o.fused AS retrieval_score,\n"
+_FIRST_FROM = (
+    "CROSS JOIN LATERAL unnest(ch.ids, ch.types, ch.fused) WITH ORDINALITY AS o(memory_id, memory_type, fused, pos)\n"
+)
 _TOP_EDITS = (
     (
         _FIRST_SELECT,
-        _FIRST_SELECT + "       count(*) OVER () AS candidate_total,\n"
-        "       count(*) FILTER (WHERE m.memory_type = %(prefer_type)s::text) OVER () AS preferred_total,\n",
+        _FIRST_SELECT + "       cardinality(ch.ids) - gone.n AS candidate_total,\n"
+        "       (SELECT count(*) FROM unnest(ch.types) AS t(memory_type) WHERE t.memory_type = %(prefer_type)s::text)\n"
+        "           - gone.preferred AS preferred_total,\n",
+    ),
+    (
+        _FIRST_FROM,
+        "CROSS JOIN LATERAL (  -- the candidates no longer valid now: counted out, never read (memories_invalid)\n"
+        "    SELECT coalesce(array_agg(x.id), '{}') AS ids, count(*) AS n,\n"
+        "           count(*) FILTER (WHERE x.memory_type = %(prefer_type)s::text) AS preferred\n"
+        "    FROM memoria.memories x\n"
+        "    WHERE x.tenant = current_setting('memoria.tenant') AND x.id = ANY(ch.ids)\n"
+        "      AND x.valid_to IS NOT NULL AND x.valid_to <= now() AND NOT %(include_invalid)s::boolean\n"
+        ") gone\n"
+        "CROSS JOIN LATERAL (  -- the first %(fetch)s of the others, the preferred type's first\n"
+        "    SELECT u.*\n"
+        "    FROM unnest(ch.ids, ch.types, ch.fused) WITH ORDINALITY AS u(memory_id, memory_type, fused, pos)\n"
+        "    WHERE u.memory_id <> ALL(gone.ids)\n"
+        "    ORDER BY u.memory_type IS DISTINCT FROM %(prefer_type)s::text, u.pos\n"
+        "    LIMIT %(fetch)s::bigint\n"
+        ") o\n",
     ),
     (
         "\nORDER BY o.pos\n",
-        "\nORDER BY m.memory_type IS DISTINCT FROM %(prefer_type)s::text, o.pos\nLIMIT %(fetch)s::bigint\n",
+        "\nORDER BY o.memory_type IS DISTINCT FROM %(prefer_type)s::text, o.pos\n",
     ),
     # The access statistics as one subquery per column instead of the join: the planner evaluates
     # them above the sort and limit, for the rows returned only, not for every candidate (a probe of
@@ -220,6 +250,8 @@ def build_candidates(
     scored = fused_scores(hits, registry)
     if fetch is not None and any(h.detail.get("current") == 0 for h in hits.get("attribute", ())):
         fetch = None  # prefer_current_facts may move a stale fact below a current one read anywhere
+    if validity.as_of is not None:
+        fetch = None  # the first-rows form tells validity as of now only (_TOP_EDITS)
     params = final_cte_params(
         hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity,
         embeddings=embeddings, scored=scored, fetch=fetch, prefer_type=prefer_type,
@@ -233,7 +265,7 @@ def build_candidates(
         rows = _fetch(conn, statement, params)
     else:
         rows = _fetch(conn, native(_top_text(), "sql/final_candidates.sql (first rows)"), params)
-        if not _order_holds(rows, prefer_type):
+        if not (_first_rows_complete(rows, fetch) and _order_holds(rows, prefer_type)):
             rows = _fetch(conn, statement, params)
     names = registry.score_names()
     out = Candidates(_candidate(row, found[row["memory_id"]], names) for row in rows)
@@ -250,6 +282,13 @@ def _top_text() -> str:
             raise RuntimeError(f"sql/final_candidates.sql lost the line build_candidates edits: {old!r}")
         text = text.replace(old, new)
     return text
+
+
+def _first_rows_complete(rows: Sequence[Mapping[str, Any]], fetch: int) -> bool:
+    """Whether the first-rows form gave every row it should: the first `fetch` of the valid candidates
+    (or all of them). A candidate whose row is gone since its worker read it comes back as no row; no
+    row at all (every candidate invalid, or gone) tells no count: both are read again in full."""
+    return bool(rows) and len(rows) >= min(fetch, int(rows[0]["candidate_total"]))
 
 
 def _order_holds(rows: Sequence[Mapping[str, Any]], prefer_type: str | None) -> bool:
@@ -294,7 +333,9 @@ def v3_statement(
     the whole table, while the tenant is within `exact_max_rows` as VectorWorker decides (no row
     above: the caller searches with the vector worker), gives the final CTE its hits in the server;
     `norms`: the query processor's entity lookup; `fetch`: only the first that many rows
-    (build_candidates)."""
+    (build_candidates; not as_of a time, which the first-rows form cannot tell validity at: _TOP_EDITS)."""
+    if validity.as_of is not None:
+        fetch = None
     params = final_cte_params(
         {}, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity,
         embeddings=embeddings, scored=[], fetch=fetch,
@@ -345,6 +386,7 @@ def build_v3_candidates(conn: psycopg.Connection, statement: Statement, registry
     from them: _order_holds)."""
     text, params = statement
     rows = _fetch(conn, native(text, "sql/v3_search.sql"), params)
+    # Its hits are read in the same statement, so none can be gone; no row means no candidate valid now.
     if params.get("fetch") is not None and not _order_holds(rows, None):
         rows = _fetch(conn, native(_v3_text(), "sql/v3_search.sql"), params)
     names = registry.score_names()
