@@ -60,15 +60,14 @@ _FIRST_FROM = (
 _TOP_EDITS = (
     (
         _FIRST_SELECT,
-        _FIRST_SELECT + "       cardinality(ch.ids) - gone.n AS candidate_total,\n"
-        "       (SELECT count(*) FROM unnest(ch.types) AS t(memory_type) WHERE t.memory_type = %(prefer_type)s::text)\n"
-        "           - gone.preferred AS preferred_total,\n",
+        _FIRST_SELECT + "       cardinality(ch.ids) - gone.n AS candidate_total, gone.preferred AS preferred_total,\n",
     ),
     (
         _FIRST_FROM,
         "CROSS JOIN LATERAL (  -- the candidates no longer valid now: counted out, never read (memories_invalid)\n"
         "    SELECT coalesce(array_agg(x.id), '{}') AS ids, count(*) AS n,\n"
-        "           count(*) FILTER (WHERE x.memory_type = %(prefer_type)s::text) AS preferred\n"
+        "           (SELECT count(*) FROM unnest(ch.types) AS t(kind) WHERE t.kind = %(prefer_type)s::text)\n"
+        "               - count(*) FILTER (WHERE x.memory_type = %(prefer_type)s::text) AS preferred  -- valid ones\n"
         "    FROM memoria.memories x\n"
         "    WHERE x.tenant = current_setting('memoria.tenant') AND x.id = ANY(ch.ids)\n"
         "      AND x.valid_to IS NOT NULL AND x.valid_to <= now() AND NOT %(include_invalid)s::boolean\n"
