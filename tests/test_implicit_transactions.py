@@ -97,3 +97,21 @@ def test_a_query_opens_no_explicit_transaction(system, monkeypatch, tmp_path):
     assert "\tSync" in protocol
     sent = [line for line in protocol.splitlines() if line.startswith("F")]
     assert not [line for line in sent if '"BEGIN"' in line or '"COMMIT"' in line]
+
+
+def test_a_statement_prepared_in_a_failed_block_is_not_left_named_on_the_connection(one_connection):
+    """psycopg prepares a statement at its sixth execution and, in a pipeline, names it prepared when it
+    sends the Parse. Here the sixth Parse is skipped by the server (an earlier statement of the block
+    failed): the next block on the same pooled connection must still run the statement, not fail with
+    "prepared statement ... does not exist" on every later use."""
+    read = "SELECT count(*) FROM memoria.bm25_docs WHERE tenant = current_setting('memoria.tenant') -- prepared"
+    for _ in range(5):
+        with one_connection.transaction("a", implicit=True) as conn:
+            conn.execute(read).fetchall()
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        with one_connection.transaction("a", implicit=True) as conn:
+            conn.execute("SELECT 1 / 0")
+            conn.execute(read)  # its Parse (the sixth execution) is skipped after the error
+    for _ in range(3):
+        with one_connection.transaction("a", implicit=True) as conn:
+            assert conn.execute(read).fetchone() == (0,)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -31,7 +32,28 @@ def tenant_block(conn: psycopg.Connection, implicit: bool) -> contextlib.Abstrac
     (benchmarks/transactions.py; whole queries: README, "Why these defaults"). A fetch inside the
     block flushes without a Sync, so every statement of the block sees the settings; the block's end
     is a commit even when its body raises, hence reads (or a single write) only. Without pipeline
-    support: the explicit transaction."""
+    support: the explicit transaction.
+
+    A block that raises leaves the connection without prepared statements: psycopg records the name of
+    a statement it prepares inside a pipeline when it sends the Parse, not when the server confirms it,
+    so a Parse the server refused (a schema older than the library) or skipped (after an earlier error
+    in the block) would be named prepared on this connection for good, and every later use of that
+    statement would fail ("prepared statement ... does not exist"). An explicit transaction's ROLLBACK
+    makes psycopg forget them; a pipeline's implicit one does not, so the block sends DEALLOCATE ALL,
+    which psycopg reads the same way, before the connection goes back to the pool."""
     if implicit and IMPLICIT and SUPPORTED:
-        return conn.pipeline()
+        return _implicit_block(conn)
     return conn.transaction()
+
+
+@contextlib.contextmanager
+def _implicit_block(conn: psycopg.Connection) -> Iterator[psycopg.Pipeline]:
+    try:
+        with conn.pipeline() as pipeline:
+            yield pipeline
+    except BaseException:
+        try:
+            conn.execute("DEALLOCATE ALL")
+        except psycopg.Error:  # not done (a broken connection, a late cancel): the pool replaces it
+            conn.close()
+        raise
