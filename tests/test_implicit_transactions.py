@@ -102,8 +102,9 @@ def test_a_query_opens_no_explicit_transaction(system, monkeypatch, tmp_path):
 def test_a_statement_prepared_in_a_failed_block_is_not_left_named_on_the_connection(one_connection):
     """psycopg prepares a statement at its sixth execution and, in a pipeline, names it prepared when it
     sends the Parse. Here the sixth Parse is skipped by the server (an earlier statement of the block
-    failed): the next block on the same pooled connection must still run the statement, not fail with
-    "prepared statement ... does not exist" on every later use."""
+    failed): the next blocks on the pool's connection must still run the statement, not fail with
+    "prepared statement ... does not exist" on every later use (the failed block's connection is closed
+    and replaced)."""
     read = "SELECT count(*) FROM memoria.bm25_docs WHERE tenant = current_setting('memoria.tenant') -- prepared"
     for _ in range(5):
         with one_connection.transaction("a", implicit=True) as conn:

@@ -34,13 +34,14 @@ def tenant_block(conn: psycopg.Connection, implicit: bool) -> contextlib.Abstrac
     is a commit even when its body raises, hence reads (or a single write) only. Without pipeline
     support: the explicit transaction.
 
-    A block that raises leaves the connection without prepared statements: psycopg records the name of
-    a statement it prepares inside a pipeline when it sends the Parse, not when the server confirms it,
-    so a Parse the server refused (a schema older than the library) or skipped (after an earlier error
-    in the block) would be named prepared on this connection for good, and every later use of that
-    statement would fail ("prepared statement ... does not exist"). An explicit transaction's ROLLBACK
-    makes psycopg forget them; a pipeline's implicit one does not, so the block sends DEALLOCATE ALL,
-    which psycopg reads the same way, before the connection goes back to the pool."""
+    A block that ends with a server error (raised as is, or as the cause of the library's own error)
+    closes its connection, and the pool replaces it: psycopg records the name of a statement it
+    prepares inside a pipeline when it sends the Parse, not when the server confirms it, so a Parse the
+    server refused (a schema older than the library) or skipped (after an earlier error in the block)
+    would stay named prepared on this connection, and every later use of that statement would fail
+    ("prepared statement ... does not exist"). An explicit transaction's rollback makes psycopg forget
+    its names; a pipeline's implicit transaction has no rollback. (Sending DEALLOCATE ALL instead is
+    not enough: psycopg forgets its names on that command only the first time it sees it.)"""
     if implicit and IMPLICIT and SUPPORTED:
         return _implicit_block(conn)
     return conn.transaction()
@@ -51,9 +52,17 @@ def _implicit_block(conn: psycopg.Connection) -> Iterator[psycopg.Pipeline]:
     try:
         with conn.pipeline() as pipeline:
             yield pipeline
-    except BaseException:
-        try:
-            conn.execute("DEALLOCATE ALL")
-        except psycopg.Error:  # not done (a broken connection, a late cancel): the pool replaces it
+    except BaseException as exc:
+        if _server_error(exc):
             conn.close()
         raise
+
+
+def _server_error(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an error it was raised from or during, came from the server or the driver."""
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, psycopg.Error):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
