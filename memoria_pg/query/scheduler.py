@@ -252,7 +252,7 @@ class _Run:
                 # The transaction of the pipeline's statements (db/pipeline.tenant_block): no BEGIN
                 # or COMMIT round trip. The tenant, the role (Database.connection's app_role), the
                 # server-side ceiling in case the client-side cancel is lost, and the worker's plan
-                # mode (generic, or the session's custom plans) go with the worker's first statement.
+                # mode (generic or custom plans: set_tenant) go with the worker's first statement.
                 with tenant_block(conn, implicit=True):
                     set_tenant(
                         conn, self.tenant, generic_plans=getattr(fn, "generic_plans", False),
