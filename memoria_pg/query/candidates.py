@@ -249,8 +249,7 @@ def build_candidates(
     scored = fused_scores(hits, registry)
     if fetch is not None and any(h.detail.get("current") == 0 for h in hits.get("attribute", ())):
         fetch = None  # prefer_current_facts may move a stale fact below a current one read anywhere
-    if validity.as_of is not None:
-        fetch = None  # the first-rows form tells validity as of now only (_TOP_EDITS)
+    fetch = _first_rows_limit(fetch, validity)
     params = final_cte_params(
         hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity,
         embeddings=embeddings, scored=scored, fetch=fetch, prefer_type=prefer_type,
@@ -281,6 +280,12 @@ def _top_text() -> str:
             raise RuntimeError(f"sql/final_candidates.sql lost the line build_candidates edits: {old!r}")
         text = text.replace(old, new)
     return text
+
+
+def _first_rows_limit(fetch: int | None, validity: Validity) -> int | None:
+    """`fetch`, or None (every row is read) for a query as of a time: the first-rows form tells which
+    candidates hold as of now only (_TOP_EDITS)."""
+    return None if validity.as_of is not None else fetch
 
 
 def _first_rows_complete(rows: Sequence[Mapping[str, Any]], fetch: int) -> bool:
@@ -333,8 +338,7 @@ def v3_statement(
     above: the caller searches with the vector worker), gives the final CTE its hits in the server;
     `norms`: the query processor's entity lookup; `fetch`: only the first that many rows
     (build_candidates; not as_of a time, which the first-rows form cannot tell validity at: _TOP_EDITS)."""
-    if validity.as_of is not None:
-        fetch = None
+    fetch = _first_rows_limit(fetch, validity)
     params = final_cte_params(
         {}, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity,
         embeddings=embeddings, scored=[], fetch=fetch,
