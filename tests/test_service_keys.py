@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
+from memoria_pg import ServerError
 from memoria_pg.cli import cli
 from memoria_pg.db import migrate
 from memoria_pg.service import keys
@@ -121,3 +122,22 @@ def test_migration_0011_down_and_up(dsn):
     migrate.upgrade(dsn)
     assert keys.list_keys(dsn) == []
     assert keys.create_key(dsn, tenant="erin")[0].tenant == "erin"
+
+
+def test_a_connection_lost_between_the_pool_check_and_the_key_check_is_a_server_error(system, dsn, monkeypatch):
+    """pg_terminate_backend returns before the backend's FATAL reaches the client, so a pooled
+    connection can pass the pool's check and die on its first statement: the key check then raises
+    ServerError (the service's 503), not the driver's AdminShutdown (a 500). The race is made certain
+    here by skipping the pool's check."""
+    token = invoke(dsn, "keys", "create", "--tenant", "dora").stdout.strip()
+    assert keys.lookup(system, keys.digest(token)) is not None
+    monkeypatch.setattr(system.db.pool, "_check", None)
+    for check in (lambda: keys.lookup(system, keys.digest(token)), lambda: keys.keys_exist(system)):
+        system.db.pool.wait()  # the pool's one connection, replaced after the previous round
+        with system.db.pool.connection() as conn:
+            pid = conn.info.backend_pid
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            # With a timeout, pg_terminate_backend returns once the backend has exited.
+            assert admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,)).fetchone() == (True,)
+        with pytest.raises(ServerError, match="connection to PostgreSQL failed while in use"):
+            check()

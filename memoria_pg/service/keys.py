@@ -32,6 +32,7 @@ import psycopg
 
 from .. import InputError, MemorySystem, SchemaError, ServerError
 from ..core import validation
+from ..db.database import server_errors
 
 PREFIX = "mpg"
 _TOKEN = re.compile(r"^mpg_([a-z0-9]{12})_([A-Za-z0-9_-]{43})$")
@@ -152,8 +153,9 @@ def any_key(dsn: str) -> bool:
 
 # -- checking, as memoria_app (the server's pool) -------------------------------------------------
 def lookup(system: MemorySystem, key_hash: bytes) -> Principal | None:
-    """The live key with this hash, through the definer function of migration 0011."""
-    with system.db.connection() as conn:
+    """The live key with this hash, through the definer function of migration 0011. A connection lost
+    on the way (its backend terminated between the pool's check and the statement) is a ServerError."""
+    with server_errors(), system.db.connection() as conn:
         try:
             row = conn.execute(
                 "SELECT key_id, tenant, admin FROM memoria.api_key_principal(%s)", (key_hash,)
@@ -164,7 +166,7 @@ def lookup(system: MemorySystem, key_hash: bytes) -> Principal | None:
 
 
 def keys_exist(system: MemorySystem) -> bool:
-    with system.db.connection() as conn:
+    with server_errors(), system.db.connection() as conn:
         try:
             row = conn.execute("SELECT memoria.api_keys_exist()").fetchone()
         except psycopg.errors.UndefinedFunction as exc:
