@@ -493,6 +493,33 @@ def test_graph_offers_the_most_recent_memories_of_each_entity(system, hub):
     assert facts == sorted(hub["hub"][0::2], reverse=True)[:4]
 
 
+def test_an_untyped_walk_reads_only_the_memories_an_entity_offers(system, hub):
+    """The mentions step of an untyped walk reads graph_entity_memories index entries per reached entity
+    (the primary key, INCLUDE memory_type: migration 0019), not that many per memory type: Hub's 12
+    memories are facts and generals, so a read per type took 5 + 5 entries to offer 5."""
+    ctx = WorkerContext(
+        query=processed("x", tenant="hub", entities=["Hub"]),
+        embedding=np.zeros(384, np.float32),
+        shards=(ALL,),
+        limit=50,
+        graph_limit=50,
+        graph_depth=1,
+        config=system.config.replace(graph_entity_memories=5),
+        graph_backend="sql",
+    )
+
+    def read(node: dict) -> int:
+        own = node["Actual Rows"] * node["Actual Loops"] if node.get("Relation Name") == "memory_entities" else 0
+        return own + sum(read(child) for child in node.get("Plans", ()))
+
+    with system.db.transaction("hub") as conn:
+        params = GraphWorker().params(ctx, ALL)
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + GraphWorker().sql(ctx), params).fetchone()[0]
+        rows = conn.execute(GraphWorker().sql(ctx), params).fetchall()
+    assert [r[0] for r in rows] == sorted(hub["hub"], reverse=True)[:5]
+    assert read(plan[0]["Plan"]) == 5
+
+
 def test_pooled_connections_run_without_jit(system, hub):
     """JIT compilation cost 300 ms for a graph walk of 2 ms on a fresh database (estimates multiply)."""
     ctx = WorkerContext(

@@ -7,13 +7,15 @@
 --            is stored once per pair, from the smaller entity id (migration 0017): an entity's
 --            neighbours are the other ends of the edges it starts (primary key) and ends (dst index);
 --   mentions: each reached entity offers at most %(entity_memories)s memories, the most recent first
---            (memory id desc), read from memory_entities (entity_id, memory_type, memory_id) index-only:
---            per memory type, then merged (the memory types table lists the shards), so an untyped
---            walk reads at most (types x entity_memories) index entries per entity.
+--            (memory id desc), read index-only and backwards, so at most %(entity_memories)s index
+--            entries per entity: an untyped walk from the primary key (tenant, entity_id, memory_id)
+--            INCLUDE (memory_type) (migration 0019; before, it read up to that many per memory type
+--            and merged them), a typed one from (entity_id, memory_type, memory_id) (migration 0007).
+--            Exactly one of the two branches runs: the other's condition on memory_type is false.
 -- A memory's hops is the fewest entity hops among the reached entities that offered it, entity_hits
 -- the number of them; rows come hops first, then entity_hits desc, then the most recent.
 -- Migration 0007 (migrations/versions/0007_bounded_graph_walk_attribute_subject.py) gives
--- memoria.graph_walk (the AGE path) the same walk.
+-- memoria.graph_walk (the AGE path) the same walk; 0017 and 0019 edit it as they edit this one.
 WITH RECURSIVE walk(entity_id, hops) AS (
     SELECT e.id, 0
     FROM memoria.entities e
@@ -39,17 +41,20 @@ WITH RECURSIVE walk(entity_id, hops) AS (
     SELECT r.hops, m.memory_id, m.memory_type
     FROM reached r
     CROSS JOIN LATERAL (
-        SELECT x.memory_id, x.memory_type
-        FROM memoria.memory_types t
-        CROSS JOIN LATERAL (
-            SELECT me.memory_id, me.memory_type FROM memoria.memory_entities me
-            WHERE me.entity_id = r.entity_id AND me.memory_type = t.name
-              AND me.tenant = current_setting('memoria.tenant')
-            ORDER BY me.memory_id DESC
-            LIMIT %(entity_memories)s
-        ) x
-        WHERE %(memory_type)s::text IS NULL OR t.name = %(memory_type)s::text
-        ORDER BY x.memory_id DESC
+        SELECT me.memory_id, me.memory_type FROM memoria.memory_entities me
+        WHERE me.tenant = current_setting('memoria.tenant') AND me.entity_id = r.entity_id
+          AND %(memory_type)s::text IS NULL
+        ORDER BY me.memory_id DESC
+        LIMIT %(entity_memories)s
+    ) m
+    UNION ALL
+    SELECT r.hops, m.memory_id, m.memory_type
+    FROM reached r
+    CROSS JOIN LATERAL (
+        SELECT me.memory_id, me.memory_type FROM memoria.memory_entities me
+        WHERE me.entity_id = r.entity_id AND me.memory_type = %(memory_type)s::text
+          AND me.tenant = current_setting('memoria.tenant')
+        ORDER BY me.memory_id DESC
         LIMIT %(entity_memories)s
     ) m
 )

@@ -10,7 +10,8 @@
 --   result   = hops = min entity hops + 1 over the entities that offered the memory, entity_hits =
 --              how many of them; hops, then entity_hits desc, then memory id desc
 -- The walk is the SECURITY DEFINER function memoria.graph_walk, whose SQL lives in migration 0007
--- (migrations/versions/0007_bounded_graph_walk_attribute_subject.py; 0003 made the graph functions):
+-- (migrations/versions/0007_bounded_graph_walk_attribute_subject.py; 0003 made the graph functions;
+-- 0017 and 0019 edit it):
 -- the label tables cannot have row-level security (PostgreSQL would then refuse AGE's non-leakproof graphid and agtype
 -- operators as index conditions), so memoria_app has no privilege on them and the function reads them
 -- for the tenant of the transaction (memoria.tenant), which it checks on the seeds, on the reached
@@ -19,8 +20,8 @@
 -- path instead of a breadth-first frontier (and AGE takes no parameter in its bounds), and a Cypher
 -- property filter is a scan of the whole label. There every step is a btree probe (indexes from
 -- migration 0001: Entity (tenant, norm_name), RELATED (start_id, end_id), Entity (id); RELATED (end_id)
--- from 0017; from 0007:
--- memory_entities (entity_id, memory_type, memory_id)), written as LATERAL subqueries behind OFFSET 0
+-- from 0017; memory_entities' primary key (tenant, entity_id, memory_id) INCLUDE (memory_type) from
+-- 0019 for an untyped walk, and (entity_id, memory_type, memory_id) from 0007 for a typed one), written as LATERAL subqueries behind OFFSET 0
 -- so the plan is a parameterized nested loop whatever the (often missing) statistics on agtype
 -- expressions say.
 SELECT memory_id, memory_type, hops, entity_hits
