@@ -103,16 +103,21 @@ def test_a_statement_prepared_in_a_failed_block_is_not_left_named_on_the_connect
     """psycopg prepares a statement at its sixth execution and, in a pipeline, names it prepared when it
     sends the Parse. Here the sixth Parse is skipped by the server (an earlier statement of the block
     failed): the next blocks on the pool's connection must still run the statement, not fail with
-    "prepared statement ... does not exist" on every later use (the failed block's connection is closed
-    and replaced)."""
+    "prepared statement ... does not exist" on every later use. The connection is kept (no reconnection
+    per failed block: a query that hits its deadline ends with a cancelled statement): psycopg forgets
+    its prepared statements, as on a rollback, and deallocates them on the server."""
     read = "SELECT count(*) FROM memoria.bm25_docs WHERE tenant = current_setting('memoria.tenant') -- prepared"
     for _ in range(5):
         with one_connection.transaction("a", implicit=True) as conn:
             conn.execute(read).fetchall()
+            backend = conn.info.backend_pid
     with pytest.raises(psycopg.errors.DivisionByZero):
         with one_connection.transaction("a", implicit=True) as conn:
             conn.execute("SELECT 1 / 0")
             conn.execute(read)  # its Parse (the sixth execution) is skipped after the error
-    for _ in range(3):
+    for _ in range(8):  # past psycopg's threshold again: prepared anew, and used
         with one_connection.transaction("a", implicit=True) as conn:
             assert conn.execute(read).fetchone() == (0,)
+            assert conn.info.backend_pid == backend
+            named = [r[0] for r in conn.execute("SELECT statement FROM pg_prepared_statements").fetchall()]
+    assert named.count(read) == 1  # prepared anew, once
