@@ -17,6 +17,8 @@
 #   MEMORIA_AGE_ROOT    root directory (default /var/tmp/memoria-age-root)
 #   MEMORIA_AGE_PORT    TCP port on 127.0.0.1 (default 55432)
 #   MEMORIA_AGE_MIRROR  Debian mirror URL (default: parsed from /etc/apt sources)
+#   MEMORIA_AGE_SHARED_BUFFERS  shared_buffers (default 1GB; the 1M benchmark's HNSW indexes, 1.5 GB,
+#                       need more to stay in PostgreSQL's cache: README, "Scale and latency")
 #
 # Everything except the DSN / status line goes to stderr, so `MEMORIA_DSN=$(scripts/age-server.sh)`
 # works. Idempotent: a second `start` reuses the root, the data dir and a running server.
@@ -194,6 +196,8 @@ init_data() {
 }
 
 write_conf() {
+    [[ "${MEMORIA_AGE_SHARED_BUFFERS:-1GB}" =~ ^[0-9]+(kB|MB|GB|TB)?$ ]] ||
+        die "MEMORIA_AGE_SHARED_BUFFERS must be a size such as 1GB or 4096MB, not '$MEMORIA_AGE_SHARED_BUFFERS'"
     install -d -o "$PG_UID" -g "$PG_GID" -m 0755 "$ROOT$RUNDIR"
     local conf="$ROOT$DATA/memoria.conf"
     cat >"$conf.new" <<EOF
@@ -203,7 +207,7 @@ port = $PORT
 unix_socket_directories = '$RUNDIR'
 shared_preload_libraries = 'age'
 max_connections = 200
-shared_buffers = 1GB
+shared_buffers = ${MEMORIA_AGE_SHARED_BUFFERS:-1GB}
 work_mem = 16MB
 maintenance_work_mem = 512MB
 effective_cache_size = 12GB
