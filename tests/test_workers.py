@@ -493,20 +493,25 @@ def test_graph_offers_the_most_recent_memories_of_each_entity(system, hub):
     assert facts == sorted(hub["hub"][0::2], reverse=True)[:4]
 
 
+def hub_walk(system, *, depth: int, limit: int, backend: str, **bounds) -> WorkerContext:
+    """An untyped graph walk from Hub, as the worker gets it."""
+    return WorkerContext(
+        query=processed("x", tenant="hub", entities=["Hub"]),
+        embedding=np.zeros(384, np.float32),
+        shards=(ALL,),
+        limit=limit,
+        graph_limit=limit,
+        graph_depth=depth,
+        config=system.config.replace(**bounds),
+        graph_backend=backend,
+    )
+
+
 def test_an_untyped_walk_reads_only_the_memories_an_entity_offers(system, hub):
     """The mentions step of an untyped walk reads graph_entity_memories index entries per reached entity
     (the primary key, INCLUDE memory_type: migration 0019), not that many per memory type: Hub's 12
     memories are facts and generals, so a read per type took 5 + 5 entries to offer 5."""
-    ctx = WorkerContext(
-        query=processed("x", tenant="hub", entities=["Hub"]),
-        embedding=np.zeros(384, np.float32),
-        shards=(ALL,),
-        limit=50,
-        graph_limit=50,
-        graph_depth=1,
-        config=system.config.replace(graph_entity_memories=5),
-        graph_backend="sql",
-    )
+    ctx = hub_walk(system, depth=1, limit=50, backend="sql", graph_entity_memories=5)
 
     def read(node: dict) -> int:
         own = node["Actual Rows"] * node["Actual Loops"] if node.get("Relation Name") == "memory_entities" else 0
@@ -522,16 +527,7 @@ def test_an_untyped_walk_reads_only_the_memories_an_entity_offers(system, hub):
 
 def test_pooled_connections_run_without_jit(system, hub):
     """JIT compilation cost 300 ms for a graph walk of 2 ms on a fresh database (estimates multiply)."""
-    ctx = WorkerContext(
-        query=processed("x", tenant="hub", entities=["Hub"]),
-        embedding=np.zeros(384, np.float32),
-        shards=(ALL,),
-        limit=10,
-        graph_limit=10,
-        graph_depth=2,
-        config=system.config,
-        graph_backend=system.graph_backend,
-    )
+    ctx = hub_walk(system, depth=2, limit=10, backend=system.graph_backend)
     with system.db.transaction("hub") as conn:
         assert conn.execute("SELECT current_setting('jit')").fetchone()[0] == "off"
         conn.execute("SET LOCAL jit_above_cost = 0")  # any statement would be compiled if JIT were on
