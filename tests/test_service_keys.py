@@ -139,5 +139,5 @@ def test_a_connection_lost_between_the_pool_check_and_the_key_check_is_a_server_
         with psycopg.connect(dsn, autocommit=True) as admin:
             # With a timeout, pg_terminate_backend returns once the backend has exited.
             assert admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,)).fetchone() == (True,)
-        with pytest.raises(ServerError, match="connection to PostgreSQL failed while in use"):
+        with pytest.raises(ServerError, match="the API key check failed in PostgreSQL .AdminShutdown"):
             check()

@@ -32,7 +32,6 @@ import psycopg
 
 from .. import InputError, MemorySystem, SchemaError, ServerError
 from ..core import validation
-from ..db.database import server_errors
 
 PREFIX = "mpg"
 _TOKEN = re.compile(r"^mpg_([a-z0-9]{12})_([A-Za-z0-9_-]{43})$")
@@ -152,10 +151,24 @@ def any_key(dsn: str) -> bool:
 
 
 # -- checking, as memoria_app (the server's pool) -------------------------------------------------
+@contextmanager
+def _app_connection(system: MemorySystem) -> Iterator[psycopg.Connection]:
+    """A pooled connection for the key check, whose driver errors are ServerError (the service's 503):
+    pg_terminate_backend returns before the backend's FATAL reaches the client, so a connection can
+    pass the pool's check and die on its first statement. The library's own errors pass unchanged."""
+    try:
+        with system.db.connection() as conn:
+            yield conn
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ServerError(
+            f"the API key check failed in PostgreSQL ({type(exc).__name__}: {first}); retry once the server is back"
+        ) from exc
+
+
 def lookup(system: MemorySystem, key_hash: bytes) -> Principal | None:
-    """The live key with this hash, through the definer function of migration 0011. A connection lost
-    on the way (its backend terminated between the pool's check and the statement) is a ServerError."""
-    with server_errors(), system.db.connection() as conn:
+    """The live key with this hash, through the definer function of migration 0011."""
+    with _app_connection(system) as conn:
         try:
             row = conn.execute(
                 "SELECT key_id, tenant, admin FROM memoria.api_key_principal(%s)", (key_hash,)
@@ -166,7 +179,7 @@ def lookup(system: MemorySystem, key_hash: bytes) -> Principal | None:
 
 
 def keys_exist(system: MemorySystem) -> bool:
-    with server_errors(), system.db.connection() as conn:
+    with _app_connection(system) as conn:
         try:
             row = conn.execute("SELECT memoria.api_keys_exist()").fetchone()
         except psycopg.errors.UndefinedFunction as exc:
