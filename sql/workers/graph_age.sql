@@ -21,9 +21,9 @@
 -- property filter is a scan of the whole label. There every step is a btree probe (indexes from
 -- migration 0001: Entity (tenant, norm_name), RELATED (start_id, end_id), Entity (id); RELATED (end_id)
 -- from 0017; memory_entities' primary key (tenant, entity_id, memory_id) INCLUDE (memory_type) from
--- 0019 for an untyped walk, and (entity_id, memory_type, memory_id) from 0007 for a typed one), written as LATERAL subqueries behind OFFSET 0
--- so the plan is a parameterized nested loop whatever the (often missing) statistics on agtype
--- expressions say.
+-- 0019 for an untyped walk, and (entity_id, memory_type, memory_id) from 0007 for a typed one),
+-- written as LATERAL subqueries behind OFFSET 0 so the plan is a parameterized nested loop whatever
+-- the (often missing) statistics on agtype expressions say.
 SELECT memory_id, memory_type, hops, entity_hits
 FROM memoria.graph_walk(%(entities)s::text[], %(depth)s::integer, %(memory_type)s::text, %(limit)s::integer,
                         %(fanout)s::integer, %(entity_memories)s::integer)
