@@ -133,11 +133,14 @@ def test_a_connection_lost_between_the_pool_check_and_the_key_check_is_a_server_
     assert keys.lookup(system, keys.digest(token)) is not None
     monkeypatch.setattr(system.db.pool, "_check", None)
     for check in (lambda: keys.lookup(system, keys.digest(token)), lambda: keys.keys_exist(system)):
-        system.db.pool.wait()  # the pool's one connection, replaced after the previous round
-        with system.db.pool.connection() as conn:
-            pid = conn.info.backend_pid
+        system.db.pool.wait()  # the pool's connections, refilled after the previous round
         with psycopg.connect(dsn, autocommit=True) as admin:
-            # With a timeout, pg_terminate_backend returns once the backend has exited.
-            assert admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,)).fetchone() == (True,)
+            pids = admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend'"
+            ).fetchall()
+            assert pids  # the pool's
+            for (pid,) in pids:  # with a timeout, pg_terminate_backend returns once the backend has exited
+                assert admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,)).fetchone() == (True,)
         with pytest.raises(ServerError, match="the API key check failed in PostgreSQL .AdminShutdown"):
             check()
