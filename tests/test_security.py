@@ -11,20 +11,8 @@ from memoria_pg.errors import InputError
 from memoria_pg.query.candidates import build_candidates
 from memoria_pg.query.workers import DEFAULT_WORKERS
 from memoria_pg.system import MemorySystem
+from tests.tenant_tables import tenant_tables
 
-TENANT_TABLES = (
-    "memories",
-    "memory_terms",
-    "bm25_terms",
-    "bm25_docs",
-    "entities",
-    "memory_entities",
-    "entity_edges",
-    "memory_attributes",
-    "query_traces",
-    "query_trace_candidates",
-    "memory_access",
-)
 NASTY = [
     "O'Brien",
     'say "hi"',
@@ -59,18 +47,38 @@ def _b_ids(system: MemorySystem) -> list[tuple[int, str]]:
         return conn.execute("SELECT id, memory_type FROM memoria.memories WHERE tenant = 'B'").fetchall()
 
 
+def _app_readable(system: MemorySystem) -> tuple[list[str], list[str]]:
+    """Every tenant table (from the catalog, tests/tenant_tables.py), split into those the library's
+    role may read and those it may not (the service's API keys, the vector index registry)."""
+    with psycopg.connect(system.dsn) as conn:
+        tables = tenant_tables(conn)
+        readable = {
+            t
+            for t in tables
+            if conn.execute("SELECT has_table_privilege('memoria_app', %s, 'SELECT')", (f"memoria.{t}",)).fetchone()[0]
+        }
+    return sorted(readable), sorted(set(tables) - readable)
+
+
 def test_raw_sql_as_app_role_sees_only_its_tenant(two_tenants: MemorySystem):
+    readable, unreadable = _app_readable(two_tenants)
+    assert "memory_history" in readable
     with two_tenants.db.transaction("A") as conn:
         assert conn.execute("SELECT current_user").fetchone()[0] == "memoria_app"
-        for table in TENANT_TABLES:
+        for table in readable:
             tenants = {r[0] for r in conn.execute(f"SELECT DISTINCT tenant FROM memoria.{table}")}
             assert tenants <= {"A"}, table
         assert conn.execute("SELECT count(*) FROM memoria.memories").fetchone()[0] == 2
+        assert conn.execute("SELECT count(*) FROM memoria.memory_history").fetchone()[0] == 2  # their `stored`
+    for table in unreadable:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), two_tenants.db.transaction("A") as conn:
+            conn.execute(f"SELECT count(*) FROM memoria.{table}")
 
 
 def test_no_tenant_set_sees_nothing(two_tenants: MemorySystem):
+    readable, _ = _app_readable(two_tenants)
     with two_tenants.db.connection() as conn:
-        for table in TENANT_TABLES:
+        for table in readable:
             assert conn.execute(f"SELECT count(*) FROM memoria.{table}").fetchone()[0] == 0, table
 
 
