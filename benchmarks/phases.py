@@ -24,7 +24,7 @@ class Bench:
         embedder = HashEmbedder(DIM)
         self.vectors = [embedder.embed([normalize(q.text)])[0] for q in queries]
 
-    def query(self, i: int, *, v4: bool = True, ranking: bool = False, embedding: bool = True):
+    def query(self, i: int, *, v4: bool = True, ranking: bool = False, embedding: bool = True, candidates: bool = True):
         q = self.queries[i]
         return self.system.query(
             q.text,
@@ -33,6 +33,7 @@ class Bench:
             ranking=ranking,
             v4=v4,
             embedding=self.vectors[i] if embedding else None,
+            candidates=candidates,
         )
 
     def context(self, i: int):
@@ -82,11 +83,14 @@ def record(q: corpus.Query, response) -> dict[str, Any]:
 
 
 def latency_passes(bench: Bench, hnsw: Bench | None = None) -> dict[str, list[dict[str, Any]]]:
-    """V4 retrieval-only, V3 retrieval-only and V4 with ranking, interleaved per query; with `hnsw`
+    """V4 retrieval-only (with the candidate list, and without it: query(..., candidates=False), what a
+    caller that reads only the memories runs), V3 retrieval-only and V4 with ranking, interleaved per
+    query; with `hnsw`
     (a Bench on a system configured with vector_exact_max_rows=0), also V4 retrieval-only with the
     vector worker on HNSW for every tenant: the vector search before the exact path existed."""
     modes = {
         "v4": (bench, dict(v4=True, ranking=False)),
+        "v4_lean": (bench, dict(v4=True, ranking=False, candidates=False)),
         "v3": (bench, dict(v4=False, ranking=False)),
         "v4_ranked": (bench, dict(v4=True, ranking=True)),
     }
@@ -106,6 +110,7 @@ def cpu_cost(bench: Bench, meter) -> dict[str, dict[str, Any]]:
     out = {}
     for mode, kw in (
         ("v4", dict(v4=True, ranking=False)),
+        ("v4_lean", dict(v4=True, ranking=False, candidates=False)),
         ("v3", dict(v4=False, ranking=False)),
         ("v4_ranked", dict(v4=True, ranking=True)),
     ):

@@ -77,6 +77,15 @@ def target(name: str, value: float | None, limit: float, unit: str, *, at_least:
     }
 
 
+# The latency passes and CPU passes (phases.latency_passes, phases.cpu_cost), in the tables' order.
+LATENCY_MODES = (
+    ("v4", "V4 retrieval-only"),
+    ("v4_lean", "V4 retrieval-only, no candidate list (candidates=False)"),
+    ("v3", "V3 (v4=False)"),
+    ("v4_ranked", "V4 with ranking"),
+)
+
+
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
     s: dict[str, Any] = {"passes": {m: pass_summary(rows) for m, rows in results["passes"].items()}}
     conc = results["concurrency"]
@@ -404,7 +413,9 @@ def _rest(results: dict[str, Any], L: list[str]) -> str:
 
     L += ["## Query latency, embedding supplied (ms)", ""]
     rows = []
-    for mode, label in (("v4", "V4 retrieval-only"), ("v3", "V3 (v4=False)"), ("v4_ranked", "V4 with ranking")):
+    for mode, label in LATENCY_MODES:
+        if mode not in s["passes"]:  # a run made before the mode was measured
+            continue
         t = s["passes"][mode]["timings"]
         rows.append(pct_row(f"{label}: total_ms (DB part end to end)", t["total_ms"]))
         if mode == "v3":  # V3's search runs in its final CTE's statement (candidates.v3_statement)
@@ -438,7 +449,9 @@ def _rest(results: dict[str, Any], L: list[str]) -> str:
         cores = env["cpus"] or 1
         L += ["### CPU per query (this process + the PostgreSQL backends; load-independent, unlike wall time)", ""]
         rows = []
-        for mode, label in (("v4", "V4 retrieval-only"), ("v3", "V3"), ("v4_ranked", "V4 with ranking")):
+        for mode, label in LATENCY_MODES:
+            if mode not in cpu:
+                continue
             c = cpu[mode]
             total = c["client_cpu_ms"] + (c["server_cpu_ms"] or 0.0)
             rows.append(
@@ -524,6 +537,18 @@ def _rest(results: dict[str, Any], L: list[str]) -> str:
             (bt["common"]["tsrank_ms"] or {}).get("p95"),
         ],
     ]
+    if "v4_lean" in s["passes"]:
+        pl = s["passes"]["v4_lean"]["timings"]
+        side.append(
+            [
+                "V4 retrieval-only with the candidate list (A) vs without it, candidates=False (B), total_ms",
+                p4["total_ms"]["p50"],
+                pl["total_ms"]["p50"],
+                ratio(pl["total_ms"]["p50"], p4["total_ms"]["p50"]),
+                p4["total_ms"]["p95"],
+                pl["total_ms"]["p95"],
+            ]
+        )
     ev = s.get("exact_vs_hnsw")
     if ev:
         ph = s["passes"]["v4_hnsw"]
