@@ -6,6 +6,7 @@ SHA-256 prefixes of the texts, as uint8 rows) and `vectors`. The model is loaded
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import time
@@ -114,10 +115,33 @@ class EmbeddingCache:
         return self._model
 
     def _save(self) -> None:
+        """Write what this object holds, merged with what the file holds now, under an exclusive lock
+        on a file beside it: another run (a CI run beside a full evaluation) may have saved texts since
+        this one read the file, and a plain replace would drop them (that lost a whole data set's
+        vectors once: an hour of embedding)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        keys = np.zeros((len(self._rows), 16), dtype=np.uint8)
-        for key, row in self._rows.items():
-            keys[row] = np.frombuffer(key, dtype=np.uint8)
-        tmp = self.path.with_name(f"{self.path.stem}.{os.getpid()}.tmp.npz")
-        np.savez(tmp, keys=keys, vectors=self._vectors)
-        os.replace(tmp, self.path)
+        with open(self.path.with_name(f"{self.path.name}.lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._merge_file()
+            keys = np.zeros((len(self._rows), 16), dtype=np.uint8)
+            for key, row in self._rows.items():
+                keys[row] = np.frombuffer(key, dtype=np.uint8)
+            tmp = self.path.with_name(f"{self.path.stem}.{os.getpid()}.tmp.npz")
+            np.savez(tmp, keys=keys, vectors=self._vectors)
+            os.replace(tmp, self.path)
+
+    def _merge_file(self) -> None:
+        """Take in the texts the file holds that this object does not (saved by another run)."""
+        if not self.path.exists():
+            return
+        with np.load(self.path) as data:
+            keys, vectors = data["keys"], data["vectors"].astype(np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.dim:
+            return
+        new = [i for i, k in enumerate(keys) if bytes(k) not in self._rows]
+        if not new:
+            return
+        base = len(self._vectors)
+        self._vectors = np.concatenate([self._vectors, vectors[new]])
+        for offset, i in enumerate(new):
+            self._rows[bytes(keys[i])] = base + offset
