@@ -40,3 +40,10 @@ class SyncRunning(ServerError):
 
 class NotFound(MemoriaError, LookupError):
     """No memory of the tenant has that id (another tenant's memory is missing, not forbidden)."""
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's message in one line (its first), or its type's name when it has none: what a one-line
+    account of a driver error quotes."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

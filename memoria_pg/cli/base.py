@@ -13,7 +13,7 @@ import psycopg
 from ..config import Config, default_data_dir
 from ..db import embedded as server
 from ..db.database import describe
-from ..errors import MemoriaError
+from ..errors import MemoriaError, first_line
 
 if TYPE_CHECKING:
     from ..system import MemorySystem
@@ -46,8 +46,9 @@ def error_message(exc: BaseException) -> str:
     if isinstance(
         driver, (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName)
     ):
-        first = str(driver).strip().splitlines()[0]
-        return f"the memoria schema is not installed in this database ({first}): run `memoria-pg db upgrade`"
+        return (
+            f"the memoria schema is not installed in this database ({first_line(driver)}): run `memoria-pg db upgrade`"
+        )
     if driver is not None:
         return describe(driver)
     return f"unexpected {type(exc).__name__}: {exc} (a bug in memoria-pg: please report it)"

@@ -19,7 +19,7 @@ from pgvector.psycopg import register_vector
 from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 from psycopg.types.json import set_json_loads
 
-from ..errors import ExtensionMissing, PoolTimeout, SchemaError, ServerError
+from ..errors import ExtensionMissing, PoolTimeout, SchemaError, ServerError, first_line
 from .budget import QueryBudget, current_budget
 from .pipeline import tenant_block
 
@@ -361,7 +361,7 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection:
 
 def describe(exc: psycopg.Error) -> str:
     """A one-line account of a driver error met while a connection was in use."""
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    message = first_line(exc)
     if isinstance(exc, psycopg.OperationalError) and (exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P"))):
         return (
             f"the connection to PostgreSQL failed while in use ({message}); its transaction was rolled back, "

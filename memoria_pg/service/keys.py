@@ -32,6 +32,7 @@ import psycopg
 
 from .. import InputError, MemorySystem, SchemaError, ServerError
 from ..core import validation
+from ..errors import first_line
 
 PREFIX = "mpg"
 _TOKEN = re.compile(r"^mpg_([a-z0-9]{12})_([A-Za-z0-9_-]{43})$")
@@ -160,9 +161,9 @@ def _app_connection(system: MemorySystem) -> Iterator[psycopg.Connection]:
         with system.db.connection() as conn:
             yield conn
     except psycopg.Error as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ServerError(
-            f"the API key check failed in PostgreSQL ({type(exc).__name__}: {first}); retry once the server is back"
+            f"the API key check failed in PostgreSQL ({type(exc).__name__}: {first_line(exc)}); "
+            "retry once the server is back"
         ) from exc
 
 
