@@ -85,9 +85,9 @@ def record(q: corpus.Query, response) -> dict[str, Any]:
 def latency_passes(bench: Bench, hnsw: Bench | None = None) -> dict[str, list[dict[str, Any]]]:
     """V4 retrieval-only (with the candidate list, and without it: query(..., candidates=False), what a
     caller that reads only the memories runs), V3 retrieval-only and V4 with ranking, interleaved per
-    query; with `hnsw`
-    (a Bench on a system configured with vector_exact_max_rows=0), also V4 retrieval-only with the
-    vector worker on HNSW for every tenant: the vector search before the exact path existed."""
+    query; with `hnsw` (a Bench on a system configured with vector_exact_max_rows=0), also V4
+    retrieval-only with the vector worker on HNSW for every tenant: the vector search before the exact
+    path existed."""
     modes = {
         "v4": (bench, dict(v4=True, ranking=False)),
         "v4_lean": (bench, dict(v4=True, ranking=False, candidates=False)),
