@@ -140,8 +140,14 @@ def test_a_failure_mid_update_leaves_nothing_half_changed(two: MemorySystem, mon
 def test_delete_is_all_or_nothing_and_scrubs_text_from_history(two: MemorySystem):
     paris, acme, meeting = two.ids["a"]
     two.update(paris, tenant="a", content="Alice lives in Paris, near the river.")
-    with pytest.raises(NotFound, match=r"not found \(for this tenant\); nothing was deleted"):
+    with pytest.raises(
+        NotFound, match=rf"1 of the 2 memories not found \(for this tenant\): {two.ids['b'][0]}; nothing was"
+    ):
         two.delete([acme, two.ids["b"][0]], tenant="a")
+    with pytest.raises(NotFound) as many:  # the message names a few of thousands, not all
+        two.delete([acme, *range(10**9, 10**9 + 5000)], tenant="a")
+    assert str(many.value).startswith("5000 of the 5001 memories not found") and "and 4980 more" in str(many.value)
+    assert len(str(many.value)) < 400
     assert two.get(acme, tenant="a")
     assert two.delete([paris, acme], tenant="a") == 2
     events = two.history(paris, tenant="a")
@@ -244,6 +250,13 @@ def test_erase_tenant_leaves_no_row_of_it_anywhere(two: MemorySystem, admin_dsn:
 def test_inputs_are_checked(two: MemorySystem):
     with pytest.raises(InputError, match="a memory id must be a positive integer"):
         two.get("3", tenant="a")
+    for too_big in (2**63, 10**40):  # beyond a bigint: the library's message, not the driver's or a schema's
+        with pytest.raises(InputError, match=r"a memory id must be a positive integer up to 9223372036854775807"):
+            two.delete([1, too_big], tenant="a")
+        with pytest.raises(InputError, match="up to 9223372036854775807"):
+            two.update(too_big, tenant="a", content="x")
+        with pytest.raises(InputError, match="up to 9223372036854775807"):
+            two.get(too_big, tenant="a")
     with pytest.raises(InputError, match="either a memory id or external_id"):
         two.get(tenant="a")
     with pytest.raises(InputError, match="tenant must be a non-empty string"):

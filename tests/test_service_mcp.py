@@ -169,3 +169,53 @@ def _has(exc: BaseException, kind: type[BaseException]) -> bool:
     if isinstance(exc, kind):
         return True
     return any(_has(e, kind) for e in getattr(exc, "exceptions", ()))
+
+
+async def strictness(client: Client) -> dict[str, Any]:
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    stored = await client.call_tool(
+        "remember", {"content": "Frank's badge number is 4471.", "metadata": {"speaker": "Frank"}}
+    )
+    misspelt = await client.call_tool("remember", {"content": "Frank likes chess.", "memory_typ": "preference"})
+    with_tenant = await client.call_tool("recall", {"query": "badge", "tenant": "bob"})
+    recalled = await client.call_tool("recall", {"query": "Frank's badge number"})
+    too_big = await client.call_tool("update", {"memory_id": 2**63, "content": "x"})
+    too_big_forget = await client.call_tool("forget", {"memory_ids": [1, 2**63]})
+    as_text = await client.call_tool("forget", {"memory_ids": ["1"]})
+    return {
+        "tools": tools,
+        "stored": stored.structured_content,
+        "misspelt": (misspelt.is_error, misspelt.content[0].text),
+        "with_tenant": (with_tenant.is_error, with_tenant.content[0].text),
+        "recalled": recalled.structured_content["memories"],
+        "too_big": (too_big.is_error, too_big.content[0].text),
+        "too_big_forget": (too_big_forget.is_error, too_big_forget.content[0].text),
+        "as_text": as_text.is_error,
+    }
+
+
+def test_mcp_tools_refuse_what_they_do_not_declare(http_server):
+    """An LLM's misspelt or invented argument is an error it can read and correct, not silently
+    dropped (a `memory_typ` stored as `general`; a `tenant` ignored); ids beyond a bigint are refused
+    by the schema; recall returns the metadata stored; the tools say which ones only read."""
+    result = over_http(http_server.url, strictness, http_server.tokens["alice"])
+    tools = result["tools"]
+    for tool in tools.values():
+        assert tool.input_schema.get("additionalProperties") is False, tool.name
+    assert result["misspelt"][0] is True and "memory_typ" in result["misspelt"][1]
+    assert result["with_tenant"][0] is True and "tenant" in result["with_tenant"][1]
+    assert result["too_big"][0] is True and "less than or equal to 9223372036854775807" in result["too_big"][1]
+    assert result["too_big_forget"][0] is True and "9223372036854775807" in result["too_big_forget"][1]
+    assert result["as_text"] is True  # "1" is not an id: strict integers
+    assert tools["forget"].input_schema["properties"]["memory_ids"]["maxItems"] == 1000
+    top = result["recalled"][0]
+    assert top["id"] == result["stored"]["id"] and top["metadata"] == {"speaker": "Frank"}
+    hints = {name: (t.annotations.read_only_hint, t.annotations.destructive_hint) for name, t in tools.items()}
+    assert hints == {
+        "remember": (False, False),
+        "recall": (True, False),
+        "memory_types": (True, False),
+        "history": (True, False),
+        "update": (False, True),
+        "forget": (False, True),
+    }

@@ -328,10 +328,14 @@ def moment(value: object, what: str, where: str | None = None) -> dt.datetime:
     return storable_time(value, what, where)
 
 
+MAX_MEMORY_ID = 2**63 - 1  # a bigint
+
+
 def memory_id(value: object) -> int:
-    """A memory id: a positive integer (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"a memory id must be a positive integer, got {value!r}")
+    """A memory id: a positive integer (not a bool) that a bigint holds."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MEMORY_ID:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise InputError(f"a memory id must be a positive integer up to {MAX_MEMORY_ID}, got {shown}")
     return value
 
 

@@ -21,6 +21,9 @@ ERASE_ORDER = (
 )  # fmt: skip
 
 
+SHOWN_MISSING = 20  # the missing ids a NotFound names: a caller may send thousands
+
+
 def delete(
     conn: psycopg.Connection, ids: list[int], *, graph: bool, single_valued: Mapping[str, list[str]],
     missing_ok: bool = False,
@@ -39,7 +42,12 @@ def delete(
     found = [r[0] for r in locked.fetchall()]
     missing = sorted(set(ids) - set(found))
     if missing and not missing_ok:
-        raise NotFound(f"memories {missing} not found (for this tenant); nothing was deleted")
+        shown = ", ".join(map(str, missing[:SHOWN_MISSING])) + (
+            f" and {len(missing) - SHOWN_MISSING} more" if len(missing) > SHOWN_MISSING else ""
+        )
+        raise NotFound(
+            f"{len(missing)} of the {len(ids)} memories not found (for this tenant): {shown}; nothing was deleted"
+        )
     if graph:
         conn.execute("SELECT memoria.graph_forget(%s, %s)", (found, entity_ids(removed)))
     return len(gone.fetchall())

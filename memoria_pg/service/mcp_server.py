@@ -15,7 +15,9 @@ from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, Field
+from mcp.server.mcpserver.tools import Tool
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field
 
 from .. import AsyncMemorySystem, CandidateRecord, Config, Embedder, MemoriaError, __version__
 from .auth import scope_tenant
@@ -51,6 +53,7 @@ class Recalled(BaseModel):
     id: int
     memory_type: str
     content: str
+    metadata: dict[str, Any] = Field(description="The JSON object stored with it (`remember`'s metadata)")
     created_at: dt.datetime
     score: float = Field(description="The final score (the list is in this order)")
     sources: list[str] = Field(description="Which retrieval methods found it: vector, bm25, phrase, attribute, graph")
@@ -115,6 +118,7 @@ def recalled(c: CandidateRecord) -> Recalled:
         id=c.memory_id,
         memory_type=c.memory_type,
         content=c.content,
+        metadata=dict(c.metadata),
         created_at=c.created_at,
         score=c.final_score,
         sources=list(c.sources),
@@ -134,7 +138,10 @@ def memory_types_of(memory: AsyncMemorySystem) -> MemoryTypes:
 
 
 TenantOf = Callable[[Context], str]
-MemoryId = Annotated[int, Field(ge=1, description="A memory's id, as `recall` returned it")]
+MAX_ID = 2**63 - 1  # a bigint
+MemoryId = Annotated[int, Field(strict=True, ge=1, le=MAX_ID, description="A memory's id, as `recall` returned it")]
+MAX_FORGET = 1000  # ids per `forget` call (the REST API's --max-batch default)
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
 
 def stdio_tenant(tenant: str) -> TenantOf:
@@ -149,15 +156,28 @@ def http_tenant(ctx: Context) -> str:
 
 
 def build_mcp(memory: Callable[[], AsyncMemorySystem], tenant_of: TenantOf) -> MCPServer:
-    """The MCP server; `memory` gives the (started) AsyncMemorySystem, `tenant_of` a call's tenant."""
-    server: MCPServer = MCPServer("memoria-pg", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
-    _add_remember(server, memory, tenant_of)
-    _add_recall(server, memory, tenant_of)
-    _add_lifecycle(server, memory, tenant_of)
+    """The MCP server; `memory` gives the (started) AsyncMemorySystem, `tenant_of` a call's tenant.
+    Every tool refuses arguments it does not declare (`strict`)."""
+    tools: list[Tool] = []
 
-    @server.tool(name="memory_types", description="The memory types and what belongs in each.")
+    def tool(name: str, description: str, annotations: ToolAnnotations) -> Callable[[ToolFunction], ToolFunction]:
+        def register(fn: ToolFunction) -> ToolFunction:
+            tools.append(strict(Tool.from_function(fn, name=name, description=description, annotations=annotations)))
+            return fn
+
+        return register
+
+    _add_remember(tool, memory, tenant_of)
+    _add_recall(tool, memory, tenant_of)
+    _add_lifecycle(tool, memory, tenant_of)
+
+    @tool("memory_types", "The memory types and what belongs in each.", READ_ONLY)
     async def memory_types() -> MemoryTypes:
         return memory_types_of(memory())
+
+    server: MCPServer = MCPServer(
+        "memoria-pg", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING", tools=tools
+    )
 
     @server.resource(
         "memoria://memory-types", name="memory-types", description="The memory types", mime_type="text/markdown"
@@ -168,11 +188,27 @@ def build_mcp(memory: Callable[[], AsyncMemorySystem], tenant_of: TenantOf) -> M
     return server
 
 
-def _add_remember(server: MCPServer, memory: Callable[[], AsyncMemorySystem], tenant_of: TenantOf) -> None:
-    @server.tool(
-        name="remember",
-        description="Store one memory (a fact, preference, event or procedure worth keeping) for later recall. "
+ToolFunction = Callable[..., Any]
+Register = Callable[[str, str, ToolAnnotations], Callable[[ToolFunction], ToolFunction]]
+
+
+def strict(tool: Tool) -> Tool:
+    """The tool with an argument model that refuses undeclared arguments (a misspelt `memory_typ`, a
+    `tenant`) instead of ignoring them, and says so in its input schema (additionalProperties false)."""
+    loose = tool.fn_metadata.arg_model
+    model: type[BaseModel] = type(
+        loose.__name__, (loose,), {"model_config": ConfigDict(**loose.model_config, extra="forbid")}
+    )
+    metadata = tool.fn_metadata.model_copy(update={"arg_model": model})
+    return tool.model_copy(update={"fn_metadata": metadata, "parameters": model.model_json_schema(by_alias=True)})
+
+
+def _add_remember(tool: Register, memory: Callable[[], AsyncMemorySystem], tenant_of: TenantOf) -> None:
+    @tool(
+        "remember",
+        "Store one memory (a fact, preference, event or procedure worth keeping) for later recall. "
         "Write it so it is understandable on its own. Storing the same text again changes nothing.",
+        ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False),
     )
     async def remember(
         ctx: Context,
@@ -197,11 +233,12 @@ def _add_remember(server: MCPServer, memory: Callable[[], AsyncMemorySystem], te
         return Remembered(id=memory_id, stored=memory_id is not None)
 
 
-def _add_recall(server: MCPServer, memory: Callable[[], AsyncMemorySystem], tenant_of: TenantOf) -> None:
-    @server.tool(
-        name="recall",
-        description="Search the memories for what is relevant to a question or topic. Returns the best matches "
+def _add_recall(tool: Register, memory: Callable[[], AsyncMemorySystem], tenant_of: TenantOf) -> None:
+    @tool(
+        "recall",
+        "Search the memories for what is relevant to a question or topic. Returns the best matches "
         "first, each with its score and why it matched (which retrieval methods found it).",
+        READ_ONLY,
     )
     async def recall(
         ctx: Context,
@@ -218,21 +255,26 @@ def _add_recall(server: MCPServer, memory: Callable[[], AsyncMemorySystem], tena
         return Recall(memories=[recalled(c) for c in response.memories])
 
 
-def _add_lifecycle(server: MCPServer, memory: Callable[[], AsyncMemorySystem], tenant_of: TenantOf) -> None:
-    @server.tool(
-        name="forget",
-        description="Delete memories for good, by id (from `recall`): when the user asks to forget something, "
+def _add_lifecycle(tool: Register, memory: Callable[[], AsyncMemorySystem], tenant_of: TenantOf) -> None:
+    @tool(
+        "forget",
+        "Delete memories for good, by id (from `recall`): when the user asks to forget something, "
         "or a memory is wrong. Prefer `update` to correct one.",
+        ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False),
     )
     async def forget(
-        ctx: Context, memory_ids: Annotated[list[int], Field(min_length=1, description="The ids to delete")]
+        ctx: Context,
+        memory_ids: Annotated[
+            list[MemoryId], Field(min_length=1, max_length=MAX_FORGET, description="The ids to delete")
+        ],
     ) -> Forgotten:
         return Forgotten(deleted=await _call(memory().delete(memory_ids, tenant=tenant_of(ctx))))
 
-    @server.tool(
-        name="update",
-        description="Correct or refine a memory (by id, from `recall`): give only what changes. Its history "
+    @tool(
+        "update",
+        "Correct or refine a memory (by id, from `recall`): give only what changes. Its history "
         "keeps the previous values.",
+        ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False),
     )
     async def update(
         ctx: Context,
@@ -246,7 +288,7 @@ def _add_lifecycle(server: MCPServer, memory: Callable[[], AsyncMemorySystem], t
         m = await _call(memory().update(memory_id, tenant=tenant_of(ctx), **changes))
         return Updated(id=m.id, memory_type=m.memory_type, content=m.content, importance=m.importance, status=m.status)
 
-    @server.tool(name="history", description="What happened to a memory (by id): stored, updated, deleted...")
+    @tool("history", "What happened to a memory (by id): stored, updated, deleted...", READ_ONLY)
     async def history(ctx: Context, memory_id: MemoryId) -> History:
         events = await _call(memory().history(memory_id, tenant=tenant_of(ctx)))
         return History(events=[Event(event=e.event, at=e.at, detail=e.detail) for e in events])
