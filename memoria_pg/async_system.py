@@ -10,15 +10,19 @@ benchmarks/async_api.py; figures in the README's server section).
 
 The pool has `max_concurrency` threads (default: the connection pool's size, `pool_max_size`): more
 concurrent calls than that wait in the event loop, not for a connection inside PostgreSQL's pool
-(where they would count against `pool_timeout`). A call the caller cancels before it starts never
-runs; one already running finishes in its thread (a statement cannot be abandoned half-way), and its
-result is dropped.
+(where they would count against `pool_timeout`), and for at most `pool_timeout` too: then PoolTimeout
+("busy"). Unbounded, every call of every tenant would queue behind calls that hold all the threads
+while they wait inside PostgreSQL (on a lock, say) for as long as those take. A thread's slot is given
+back when its call is done, not when its caller stops waiting, so calls never outnumber threads. A
+call the caller cancels before it starts never runs; one already running finishes in its thread (a
+statement cannot be abandoned half-way), and its result is dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,6 +33,7 @@ import numpy as np
 from .config import Config
 from .core.types import ForgetResult, HistoryEvent, Memory, MemoryRecord, StoreResult
 from .db import vector_indexes
+from .errors import PoolTimeout
 from .query import QueryResponse
 from .system import MemorySystem
 
@@ -45,6 +50,7 @@ class AsyncMemorySystem:
         self.max_concurrency = max(1, max_concurrency or system.config.pool_max_size)
         self._owns_system = owns_system
         self._executor = concurrent.futures.ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="memoria-async")
+        self._slots = asyncio.Semaphore(self.max_concurrency)  # one per thread: a call waits here, not in the executor
 
     @classmethod
     async def open(
@@ -63,10 +69,25 @@ class AsyncMemorySystem:
         return self.system.memory_types
 
     async def run(self, fn: Callable[[MemorySystem], T]) -> T:
-        """`fn(system)` on the pool: for anything of the sync API that has no coroutine here."""
+        """`fn(system)` on the pool: for anything of the sync API that has no coroutine here. Waits at
+        most `config.pool_timeout` for a free thread, then PoolTimeout."""
         loop = asyncio.get_running_loop()
+        wait = self.system.config.pool_timeout
+        try:
+            await asyncio.wait_for(self._slots.acquire(), wait)
+        except TimeoutError:
+            raise PoolTimeout(
+                f"busy: all {self.max_concurrency} of this process's database slots stayed in use for {wait:g} s "
+                "(MEMORIA_POOL_TIMEOUT); retry, or raise MEMORIA_POOL_MAX_SIZE if this is the usual load"
+            ) from None
         call = functools.partial(contextvars.copy_context().run, fn, self.system)
-        return await loop.run_in_executor(self._executor, call)
+        try:
+            future = self._executor.submit(call)
+        except BaseException:
+            self._slots.release()
+            raise
+        future.add_done_callback(lambda _: _call_soon(loop, self._slots.release))
+        return await asyncio.wrap_future(future, loop=loop)
 
     # -- ingestion -------------------------------------------------------------------------------
     async def store(self, content: str, **fields: Any) -> int | None:
@@ -181,3 +202,9 @@ class AsyncMemorySystem:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], Any]) -> None:
+    """`callback` on `loop`, from the call's thread; nothing when the loop is closed (no one waits)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback)

@@ -156,6 +156,34 @@ def test_terminating_every_pooled_backend_between_queries(stored, dsn):
     assert stored.store("Maya bought a blue pen.", tenant="t") is not None
 
 
+def test_a_full_pool_whose_backends_all_died_recovers_at_once(dsn):
+    """Ten idle connections, all terminated (a restart or failover closes them together): the first
+    dead one a borrower meets starts a sweep of the whole pool, so the next borrowers get new
+    connections. Before, each dead connection cost the next borrower a check and a back-off sleep
+    (1, 2, 4 s...), and the fourth waited out its whole pool timeout though new connections were ready."""
+    from memoria_pg.db import Database
+
+    db = Database(dsn, min_size=10, max_size=10, timeout=5.0)
+    try:
+        wait_for(lambda: db.pool.get_stats()["pool_available"] == 10, what="ten idle connections")
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            pids = backends(admin)
+            assert len(pids) == 10
+            admin.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (pids,))
+            wait_for(lambda: not set(pids) & set(backends(admin)), what="the backends to exit")
+        outcomes = []
+        for _ in range(6):
+            try:
+                with db.connection() as conn:
+                    outcomes.append(conn.execute("SELECT 1").fetchone()[0])
+            except psycopg.OperationalError as exc:  # a connection whose end had not reached the client
+                outcomes.append(type(exc).__name__)
+        assert outcomes[-3:] == [1, 1, 1] and "PoolTimeout" not in outcomes, outcomes
+        assert db.pool.get_stats()["connections_lost"] >= 9  # the sweep found them, not the borrowers
+    finally:
+        db.close()
+
+
 def test_writer_terminated_mid_batch_writes_nothing(stored, dsn):
     writer = stored.ingestor.graph_writer
 

@@ -5,11 +5,12 @@ before it starts never runs. Deterministic: threads meet on events, nothing wait
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 
 import pytest
 
-from memoria_pg import AsyncMemorySystem, HashEmbedder, InputError, MemorySystem
+from memoria_pg import AsyncMemorySystem, HashEmbedder, InputError, MemorySystem, PoolTimeout
 
 MEMORIES = [
     {"content": "Maya's favourite colour is teal.", "tenant": "t", "memory_type": "preference"},
@@ -125,6 +126,29 @@ def test_a_call_cancelled_before_it_starts_never_runs(system: MemorySystem):
 
     asyncio.run(run())
     assert ran == []
+
+
+def test_a_call_waits_for_a_thread_at_most_the_pool_timeout(config):
+    """Every thread held by a call that waits inside PostgreSQL: the next call gets PoolTimeout after
+    the pool timeout instead of queueing for as long; once the thread is free, calls run again."""
+    started, release = threading.Event(), threading.Event()
+
+    def hold(_system):
+        started.set()
+        assert release.wait(30)
+
+    async def run():
+        quick = dataclasses.replace(config, pool_timeout=0.3)
+        async with await AsyncMemorySystem.open(quick, embedder=HashEmbedder(), max_concurrency=1) as memory:
+            held = asyncio.create_task(memory.run(hold))
+            assert await asyncio.to_thread(started.wait, 30)
+            with pytest.raises(PoolTimeout, match="busy: all 1 of this process's database slots"):
+                await memory.query("x", tenant="t")
+            release.set()
+            await held
+            return await memory.store("Ada writes compilers.", tenant="t")
+
+    assert asyncio.run(run()) is not None
 
 
 def test_as_of_and_include_invalid_reach_the_query(system: MemorySystem):

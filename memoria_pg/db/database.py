@@ -8,6 +8,7 @@ import functools
 import json
 import re
 import select
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
@@ -24,6 +25,12 @@ from .budget import QueryBudget, current_budget
 from .pipeline import tenant_block
 
 APP_ROLE = "memoria_app"
+# The tenant write lock: a transaction-level advisory lock on (TENANT_LOCK_CLASS, hashtext(tenant)).
+# Ingestion and the best-effort writes of a query (access statistics, traces) take it shared, so they
+# run side by side; a lifecycle write (update, invalidate, delete, forget, erase) takes it exclusive,
+# so it runs alone in its tenant. See set_tenant.
+TENANT_LOCK_CLASS = 0x6D656D6F  # 'memo'; the two-key form keeps it apart from one-key advisory locks
+TENANT_LOCKS = {"shared": "pg_advisory_xact_lock_shared", "exclusive": "pg_advisory_xact_lock"}
 RENEW_AFTER_S = 0.01  # a budgeted transaction's statement timeout is renewed once it is older
 SECRET_KEYS = ("password", "sslpassword")  # conninfo keys whose values redact_dsn masks
 P = ParamSpec("P")
@@ -117,6 +124,7 @@ class Database:
         else:
             standby = True
         self.capabilities = capabilities
+        self._sweeping = threading.Lock()  # held while a sweep of the pool runs (_sweep)
         self.pool = psycopg_pool.ConnectionPool(
             dsn,
             min_size=min_size,
@@ -162,8 +170,7 @@ class Database:
             else "SET search_path = memoria, public"
         )
 
-    @staticmethod
-    def _check(conn: psycopg.Connection) -> None:
+    def _check(self, conn: psycopg.Connection) -> None:
         """The liveness probe of every checkout (a connection it raises on is replaced), without a
         round trip when the connection has nothing to say: a backend that went away while the
         connection sat in the pool (terminated, restarted server) has sent its FATAL error and closed
@@ -176,7 +183,30 @@ class Database:
             raise psycopg.OperationalError("the pooled connection is closed")
         readable, _, _ = select.select([conn.fileno()], [], [], 0)
         if readable:
-            conn.execute("SELECT 1")
+            try:
+                conn.execute("SELECT 1")
+            except psycopg.OperationalError:
+                self._sweep()
+                raise
+
+    def _sweep(self) -> None:
+        """Check every idle connection of the pool now, in a background thread (one sweep at a time),
+        after one of them was found dead: the server closed them all at once (a restart, a failover,
+        pg_terminate_backend). Otherwise each next borrower meets a dead one in turn, and the pool's
+        own check of a checkout backs off between failures (1, 2, 4 s...): with 10 dead connections
+        a borrower waited out its whole pool timeout, though new connections were ready."""
+        if not self._sweeping.acquire(blocking=False):
+            return
+
+        def sweep() -> None:
+            try:
+                self.pool.check()
+            except Exception:  # the pool closed meanwhile: nothing to sweep
+                pass
+            finally:
+                self._sweeping.release()
+
+        threading.Thread(target=sweep, name="memoria-pool-sweep", daemon=True).start()
 
     @contextlib.contextmanager
     def connection(self, timeout: float | None = None, *, app_role: bool = True) -> Iterator[psycopg.Connection]:
@@ -188,8 +218,10 @@ class Database:
         (set_tenant, the scheduler's workers) passes app_role=False and saves the round trip."""
         wait = self.timeout if timeout is None else timeout
         failed_connects = self.pool.get_stats().get("connections_errors", 0)
+        borrowed: psycopg.Connection | None = None
         try:
             with self.pool.connection(timeout=wait) as conn:
+                borrowed = conn
                 if app_role:
                     conn.execute(f"SET ROLE {APP_ROLE}")
                 yield conn
@@ -205,6 +237,12 @@ class Database:
                 f"(pool max_size={self.pool.max_size}); raise MEMORIA_POOL_MAX_SIZE or "
                 "MEMORIA_POOL_TIMEOUT, or lower the number of concurrent queries"
             ) from exc
+        except psycopg.OperationalError:  # after PoolTimeout, which is one too
+            # The connection died under its borrower (not a timeout or a lock wait, which leave it
+            # usable): those idle in the pool likely died with it.
+            if borrowed is not None and borrowed.broken and not self.pool.closed:
+                self._sweep()
+            raise
 
     @contextlib.contextmanager
     def transaction(
@@ -215,21 +253,21 @@ class Database:
         lock_timeout_ms: int | None = None,
         synchronous_commit: bool = True,
         implicit: bool = False,
+        tenant_lock: str | None = None,
     ) -> Iterator[psycopg.Connection]:
         """A pooled connection inside a transaction whose row-level-security tenant is `tenant`.
 
-        `generic_plans`: prepared statements run on their cached generic plan in this transaction
-        (the connections otherwise force custom plans, which the workers' shard filters need), for a
-        statement without a partition key parameter whose planning costs more than it gains: the
-        final CTE (planning it per execution costs a quarter of its time, for the same rows).
-        `lock_timeout_ms`: how long its statements wait for a lock (default: as long as they may run).
+        `generic_plans`: prepared statements run on their cached generic plan (the connections force
+        custom plans, which the workers' shard filters need), for a statement whose planning costs more
+        than it gains: the final CTE. `lock_timeout_ms`: how long its statements wait for a lock.
         `synchronous_commit` False: its COMMIT returns before its WAL is flushed (a crash may lose it;
         for best-effort writes only: the access statistics), so a standby-aware caller must take the
         WAL insert position as its write's (ReadRouter.wrote(..., asynchronous=True)).
         `implicit`: the transaction is the one PostgreSQL opens for the statements of a pipeline up to
-        its Sync (db/pipeline.tenant_block): no BEGIN and no COMMIT round trip, and the settings travel
-        with the first statement. Only for a body of reads (or one write) that fetches each result it
-        needs: the block ends with a commit even when the body raises.
+        its Sync (db/pipeline.tenant_block): no BEGIN and no COMMIT round trip, the settings go with the
+        first statement. Only for a body of reads (or one write) that fetches each result it needs: the
+        block ends with a commit even when the body raises. `tenant_lock`: "shared" or "exclusive", the
+        tenant write lock (set_tenant), held to the end.
         Inside a query's budget (db/budget.py) its statements may run for what remains of the budget
         (at most statement_timeout_ms), and running out of it is QueryTimeout.
         """
@@ -239,6 +277,7 @@ class Database:
             generic_plans=generic_plans,
             lock_timeout_ms=lock_timeout_ms,
             synchronous_commit=synchronous_commit,
+            tenant_lock=tenant_lock,
         )
         if budget is None:
             with self.connection(app_role=False) as conn, tenant_block(conn, implicit):
@@ -301,11 +340,26 @@ def set_tenant(
     statement_timeout_ms: int | None = None,
     lock_timeout_ms: int | None = None,
     synchronous_commit: bool = True,
+    tenant_lock: str | None = None,
 ) -> None:
     """The transaction's tenant, role and plan cache mode (and, when asked, its statement and lock
-    timeouts, and an asynchronous commit) in one round trip. The role is the application role
-    whatever the session's is (`Database.connection`'s app_role); the plan mode is the pool's custom
-    plans, or cached generic ones with `generic_plans`, whatever a previous borrower left."""
+    timeouts, an asynchronous commit and the tenant write lock) in one round trip. The role is the
+    application role whatever the session's is (`Database.connection`'s app_role); the plan mode is
+    the pool's custom plans, or cached generic ones with `generic_plans`, whatever a previous borrower
+    left.
+
+    `tenant_lock` ("shared" or "exclusive"): the tenant write lock, held until the transaction ends.
+    Why: a lifecycle write reads the tenant's rows and then changes them over several statements, each
+    with its own snapshot (READ COMMITTED). Beside another writer of the tenant that goes wrong in
+    ways no row lock prevents: an erasure that deletes table by table misses the rows a batch commits
+    meanwhile (its postings outlive its memories); two updates that move memories between shards, or
+    change which entities they mention, lock shared rows in opposite orders (a deadlock); a delete
+    meets a row another update moved to another shard (a serialization failure). Lifecycle writes are
+    rare beside ingestion and queries, so they take the lock exclusive and run one at a time in their
+    tenant; ingestion batches take it shared and still run side by side (they lock rows in one global
+    order). It is taken in this first statement, so every later statement of the transaction reads a
+    snapshot taken after the writers before it committed. Two tenants whose names share a hashtext
+    value only wait for each other."""
     settings = [
         ("memoria.tenant", tenant),
         ("role", APP_ROLE),
@@ -318,7 +372,20 @@ def set_tenant(
     if not synchronous_commit:
         settings.append(("synchronous_commit", "off"))
     calls = ", ".join(f"set_config('{name}', %s, true)" for name, _ in settings)  # names: the constants above
-    conn.execute(f"SELECT {calls}", [value for _, value in settings])
+    values = [value for _, value in settings]
+    if tenant_lock is not None:
+        calls += f", {TENANT_LOCKS[tenant_lock]}({TENANT_LOCK_CLASS}, hashtext(%s))"  # from the fixed set above
+        values.append(tenant)
+    conn.execute(f"SELECT {calls}", values)
+
+
+def lock_tenants(conn: psycopg.Connection, tenants: Sequence[str]) -> None:
+    """The tenant write lock, shared, on each of `tenants` (an ingestion batch's), to the end of the
+    transaction (set_tenant says why). Shared locks do not wait for each other, so the order is free."""
+    conn.execute(
+        f"SELECT count({TENANT_LOCKS['shared']}({TENANT_LOCK_CLASS}, hashtext(t))) FROM unnest(%s::text[]) AS t",
+        (list(tenants),),
+    )
 
 
 def redact_dsn(dsn: str) -> str:

@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 from ..core.embedding import Embedder, embed_memories
 from ..core.text import normalize_entity
 from ..core.types import MemoryRecord, StoreResult
-from ..db import Database, load_sql, pipelined, schema_current, set_tenant
+from ..db import Database, load_sql, lock_tenants, pipelined, schema_current, set_tenant
 from .records import Key, Prepared, RecordRules, prepare
 
 GraphWriter = Callable[[psycopg.Connection, str], None]
@@ -168,6 +168,7 @@ class Ingestor:
         late_tenants = sorted({prepared[i].tenant for i in late if i in staged})
         with self.db.connection() as conn, conn.transaction():
             conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(self.statement_timeout_ms),))
+            lock_tenants(conn, tenants)  # shared: a lifecycle write of these tenants waits for the batch
             conn.execute(load_sql("ingest/stage"))  # several statements, no parameters: one round trip
             # One COPY per table for the whole batch; every statement below reads its tenant's rows.
             result.copy_rows += self.copy_batch(conn, prepared, [i for t in tenants for i in by_tenant[t]], late)

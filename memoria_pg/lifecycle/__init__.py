@@ -38,6 +38,8 @@ class Lifecycle:
 
     def page(self, tenant: str, *, memory_type: str | None, where: dict[str, Any] | None, after: int,
              limit: int) -> list[Memory]:  # fmt: skip
+        if memory_type is not None:  # an unknown type is an error here as in query and forget, not an empty page
+            validation.memory_type(memory_type, self.ingestor.memory_types)
         with self.db.transaction(validation.tenant(tenant), implicit=True) as conn, schema_current():
             return reads.page(conn, memory_type=memory_type, where=where, after=after, limit=limit)
 
@@ -45,20 +47,20 @@ class Lifecycle:
                embedding: Sequence[float] | np.ndarray | None) -> Memory:  # fmt: skip
         validation.memory_id(memory_id)
         change = Change(changes.change_of(fields, self.ingestor.memory_types), embedding)
-        with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
+        with self.db.transaction(validation.tenant(tenant), tenant_lock="exclusive") as conn, schema_current():
             changes.update(conn, memory_id, change, self.ingestor, self.embedder)
             return reads.fetch(conn, memory_id)
 
     def set_validity(self, memory_id: int, tenant: str, valid_to: dt.datetime | None) -> Memory:
         validation.memory_id(memory_id)
-        with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
+        with self.db.transaction(validation.tenant(tenant), tenant_lock="exclusive") as conn, schema_current():
             changes.set_validity(conn, memory_id, valid_to)
             return reads.fetch(conn, memory_id)
 
     def delete(self, memory_ids: int | Iterable[int], tenant: str) -> int:
         ids = [memory_ids] if isinstance(memory_ids, int) else list(memory_ids)
         ids = sorted({validation.memory_id(i) for i in ids})
-        with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
+        with self.db.transaction(validation.tenant(tenant), tenant_lock="exclusive") as conn, schema_current():
             return removal.delete(conn, ids, graph=self.graph, single_valued=self.ingestor.single_valued)
 
     def forget(self, tenant: str, *, memory_type: str | None, before: Any, where: dict[str, Any] | None,
@@ -67,7 +69,8 @@ class Lifecycle:
             raise InputError("forget needs a filter (memory_type, before or where); "
                                         "to remove every memory of a tenant use erase_tenant")  # fmt: skip
         validation.memory_type(memory_type, self.ingestor.memory_types)
-        with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
+        lock = None if dry_run else "exclusive"
+        with self.db.transaction(validation.tenant(tenant), tenant_lock=lock) as conn, schema_current():
             ids = removal.matching(conn, memory_type=memory_type, before=before, where=where)
             deleted = (
                 0 if dry_run else removal.delete(conn, ids, graph=self.graph, single_valued=self.ingestor.single_valued)
@@ -75,7 +78,7 @@ class Lifecycle:
         return ForgetResult(matched=len(ids), deleted=deleted, ids=ids)
 
     def erase(self, tenant: str) -> dict[str, int]:
-        with self.db.transaction(validation.tenant(tenant)) as conn, schema_current():
+        with self.db.transaction(validation.tenant(tenant), tenant_lock="exclusive") as conn, schema_current():
             return removal.erase(conn, graph=self.graph)
 
     def history(self, memory_id: int, tenant: str) -> list[HistoryEvent]:

@@ -729,6 +729,7 @@ class QueryPipeline:
                     synchronous_commit=False,
                     generic_plans=True,
                     implicit=True,  # one statement: the Sync commits it
+                    tenant_lock="shared",  # after a delete under way, which removes the deleted memories' rows
                 ) as conn,
                 schema_current(),
             ):

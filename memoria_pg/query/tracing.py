@@ -21,7 +21,7 @@ def persist_trace(
 ) -> int:
     """Store the query, its diagnostics and every candidate with its scores; returns the trace id."""
     returned_ids = {c.memory_id for c in returned}
-    with db.transaction(query.tenant) as conn:
+    with db.transaction(query.tenant, tenant_lock="shared") as conn:  # after a delete under way (set_tenant)
         trace_id = int(
             scalar(
                 conn,
@@ -44,6 +44,13 @@ def persist_trace(
             )
             for rank, c in enumerate(candidates)
         ]
+        # Only the candidates that still exist: a delete that committed since the query read them
+        # removed their trace rows, and the lock keeps the next one from starting before this commits.
+        existing = {r[0] for r in conn.execute(
+            "SELECT id FROM memoria.memories WHERE tenant = current_setting('memoria.tenant') AND id = ANY(%s)",
+            ([row[2] for row in rows],),
+        ).fetchall()}  # fmt: skip
+        rows = [row for row in rows if row[2] in existing]
         if rows:
             with conn.cursor() as cur:
                 cur.executemany(
