@@ -26,8 +26,8 @@
 --   'rrf':   sum over sources of weight / (rrf_k + rank) for ranks <= %(depth)s (weights as declared).
 -- Rows: every capped candidate valid at the query time, in retrieval order. A retrieval-only query as of
 -- now that returns top_k memories and no candidate list (query(..., candidates=False)) runs this
--- statement with candidates._TOP_EDITS: the candidates no longer valid are found in the partial index
--- memories_invalid (migration 0018) and left out, and only the rows of the first `fetch` others are
+-- statement with candidates._TOP_EDITS: the candidates not valid now are found in the partial index
+-- memories_bounded (migration 0020) and left out, and only the rows of the first `fetch` others are
 -- read, the preferred type's first (the type filter keeps only those when there is one), each row with
 -- the number of valid candidates and of those of that type, so that the caller knows what it left
 -- unread (candidates._order_holds): about 10 rows read instead of up to 200.
@@ -36,7 +36,7 @@
 -- shard's index with every id (7 shards, 200 candidates: 1,400 index descents for 200 rows), and
 -- array_position found each row's place by a scan of the array.
 -- Validity (migration 0010): memories invalidated by the query time (%(as_of)s, or now) are left out,
--- and with %(as_of)s those that did not hold yet; %(include_invalid)s keeps every one.
+-- and those that did not hold yet then (a validity start after it); %(include_invalid)s keeps every one.
 WITH hits AS (
     SELECT h.*
     FROM unnest(%(ids)s::bigint[], %(types)s::text[], %(sources)s::text[], %(ranks)s::int[],
@@ -112,5 +112,6 @@ CROSS JOIN LATERAL (  -- one probe of one shard per candidate (see the header)
 LEFT JOIN memoria.memory_access a ON a.tenant = m.tenant AND a.memory_id = m.id  -- none: never returned ranked
 WHERE (%(include_invalid)s::boolean
        OR ((m.valid_to IS NULL OR m.valid_to > coalesce(%(as_of)s::timestamptz, now()))
-           AND (%(as_of)s::timestamptz IS NULL OR coalesce(m.valid_from, m.created_at) <= %(as_of)s::timestamptz)))
+           AND CASE WHEN %(as_of)s::timestamptz IS NULL THEN m.valid_from IS NULL OR m.valid_from <= now()
+                    ELSE coalesce(m.valid_from, m.created_at) <= %(as_of)s::timestamptz END))
 ORDER BY o.pos

@@ -48,7 +48,7 @@ def derived_state(dsn: str, *, graph: bool) -> dict[str, Any]:
             ),
             "history_of_missing": _rows(
                 conn,
-                "SELECT count(*) FROM memoria.memory_history h WHERE h.event = 'updated' "
+                "SELECT count(*) FROM memoria.memory_history h WHERE h.event = 'updated' AND h.detail ? 'previous' "
                 "AND NOT EXISTS (SELECT 1 FROM memoria.memories m WHERE m.id = h.memory_id)",
             )[0][0],
         }

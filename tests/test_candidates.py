@@ -154,13 +154,16 @@ def test_the_first_rows_read_the_access_statistics_of_the_rows_returned_only(sys
 
 def test_the_first_rows_read_only_the_rows_they_return_and_count_out_what_stopped_holding(system):
     """The first-rows form reads the memories rows of the first `fetch` valid candidates only: the
-    candidates no longer valid (here 5 of 24, invalidated, two of them among the first) are found in
-    the partial index memories_invalid (migration 0018), left out of the list and of both counts, and
-    never read; what it returns is the full form's first rows, with the full form's counts."""
+    candidates not valid now (here 6 of 25: 5 invalidated, two of them among the first, and one that
+    begins to hold in 2099) are found in the partial index memories_bounded (migration 0020), left
+    out of the list and of both counts, and never read; what it returns is the full form's first rows,
+    with the full form's counts."""
     ids = system.store_many([{"content": f"note {i} about Porto", "tenant": "t"} for i in range(24)]).ids
     for memory_id in (ids[0], ids[2], ids[9], ids[17], ids[23]):
         system.invalidate(memory_id, tenant="t")
-    hits = {"bm25": [SourceHit(m, "bm25", i + 1, 30.0 - i, "general") for i, m in enumerate(ids)]}
+    later = system.store("note about Porto, from 2099 on", tenant="t", valid_from="2099-01-01")
+    ranked = [ids[0], later, *ids[1:]]
+    hits = {"bm25": [SourceHit(m, "bm25", i + 1, 30.0 - i, "general") for i, m in enumerate(ranked)]}
     with system.db.transaction("t", generic_plans=True) as conn:
         full = build_candidates(conn, hits, DECLARED, cap=200, rrf_k=60, depth=20)
         first = build_candidates(conn, hits, DECLARED, cap=200, rrf_k=60, depth=20, fetch=3)
@@ -173,8 +176,8 @@ def test_the_first_rows_read_only_the_rows_they_return_and_count_out_what_stoppe
     assert first.total == full.total == 19
     assert [(r["candidate_total"], r["preferred_total"]) for r in rows] == [(19, 19)] * 3
     scans = _relation(plan, "memories_general")
-    invalid = [scan for scan in scans if "valid_to" in scan.get("Index Name", "")]  # memories_invalid's
-    assert sum(scan["Actual Rows"] * scan["Actual Loops"] for scan in invalid) == 5
+    invalid = [scan for scan in scans if "valid_to" in scan.get("Index Name", "")]  # memories_bounded's
+    assert sum(scan["Actual Rows"] * scan["Actual Loops"] for scan in invalid) == 6
     read = sum(scan["Actual Rows"] * scan["Actual Loops"] for scan in scans if scan not in invalid)
     assert read == 3, "the rows of the 3 returned are read, not those of 24 candidates"
 

@@ -151,8 +151,9 @@ def test_delete_is_all_or_nothing_and_scrubs_text_from_history(two: MemorySystem
     assert two.get(acme, tenant="a")
     assert two.delete([paris, acme], tenant="a") == 2
     events = two.history(paris, tenant="a")
-    assert [e.event for e in events] == ["stored", "deleted"]  # the update's old text went with it
-    assert all("content" not in str(e.detail) for e in events)
+    assert [e.event for e in events] == ["stored", "updated", "deleted"]  # when it changed, not what it said
+    assert events[1].detail["changed"] == ["content"] and "previous" not in events[1].detail
+    assert all("Paris" not in str(e.detail) for e in events)
     with pytest.raises(NotFound):
         two.get(paris, tenant="a")
     assert [c.content for c in two.query("Alice", tenant="a", ranking=False).candidates] == [

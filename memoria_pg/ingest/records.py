@@ -77,8 +77,9 @@ def prepare(raw: MemoryRecord | Mapping[str, Any], where: str, now: dt.datetime,
         entities = (rules.entity_extractor or RuleBasedExtractor()).extract(record.content, ())
         if speaker:
             entities = [speaker, *entities]
-        # Extracted names too long to be an index key are not entities (a run of capitalized words).
-        entities = [name for name in entities if indexable_name(name)]
+        # Extracted names too long to be an index key are not entities (a run of capitalized words);
+        # of the others, the first MAX_ENTITIES in text order (the speaker first).
+        entities = dedupe_names([name for name in entities if indexable_name(name)])[: validation.MAX_ENTITIES]
     else:
         entities = validation.entity_names(record.entities, where)
     if record.attributes is None:

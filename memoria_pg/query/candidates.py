@@ -44,13 +44,14 @@ _V3_EDITS = (
 _HIT_ARRAYS = ("ids", "types", "sources", "ranks", "scores")  # the hits' parameters: V3 has none
 # How the final CTE reads only its first %(fetch)s rows (build_candidates' `fetch`): the preferred type's
 # first, each row with the number of candidates and of those of that type (_order_holds reads them),
-# both counting only the candidates valid at the query time. Which candidates stopped holding is read
-# from the partial index memories_invalid (migration 0018: the memories whose valid_to is set), not
-# from their rows; they are left out of the ordered list, and only the rows of its first %(fetch)s
-# are read: about 10 index probes and heap rows instead of one per candidate (up to 200), which at 1M
-# memories, with the heap past the buffer cache, were most of the statement's time. Only for queries
-# as of now (build_candidates reads every row for an as_of query, whose validity also depends on when
-# a memory began to hold, which that index does not hold). A candidate whose row is gone (deleted
+# both counting only the candidates valid at the query time. Which candidates do not hold now (they
+# stopped, or start later) is read from the partial index memories_bounded (migration 0020: the
+# memories whose valid_to is set or whose validity starts after they were stored), not from their
+# rows; they are left out of the ordered list, and only the rows of its first %(fetch)s are read:
+# about 10 index probes and heap rows instead of one per candidate (up to 200), which at 1M memories,
+# with the heap past the buffer cache, were most of the statement's time. Only for queries as of now
+# (build_candidates reads every row for an as_of query, whose validity then depends on when every
+# memory began to hold). A candidate whose row is gone (deleted
 # since the workers read it) takes its place in the list but comes back as no row: build_candidates
 # then reads every row.
 _FIRST_SELECT = "SELECT m.id AS memory_id, o.fused AS retrieval_score,\n"
@@ -64,13 +65,14 @@ _TOP_EDITS = (
     ),
     (
         _FIRST_FROM,
-        "CROSS JOIN LATERAL (  -- the candidates no longer valid now: counted out, never read (memories_invalid)\n"
+        "CROSS JOIN LATERAL (  -- the candidates not valid now: counted out, never read (memories_bounded)\n"
         "    SELECT coalesce(array_agg(x.id), '{}') AS ids, count(*) AS n,\n"
         "           (SELECT count(*) FROM unnest(ch.types) AS t(kind) WHERE t.kind = %(prefer_type)s::text)\n"
         "               - count(*) FILTER (WHERE x.memory_type = %(prefer_type)s::text) AS preferred  -- valid ones\n"
         "    FROM memoria.memories x\n"
         "    WHERE x.tenant = current_setting('memoria.tenant') AND x.id = ANY(ch.ids)\n"
-        "      AND x.valid_to IS NOT NULL AND x.valid_to <= now() AND NOT %(include_invalid)s::boolean\n"
+        "      AND (x.valid_to IS NOT NULL OR x.valid_from > x.created_at)  -- the index's predicate\n"
+        "      AND (x.valid_to <= now() OR x.valid_from > now()) AND NOT %(include_invalid)s::boolean\n"
         ") gone\n"
         "CROSS JOIN LATERAL (  -- the first %(fetch)s of the others, the preferred type's first\n"
         "    SELECT u.*\n"
