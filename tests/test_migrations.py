@@ -67,6 +67,47 @@ def test_upgrade_downgrade_upgrade(empty_dsn):
     }
 
 
+def test_the_schema_revision_has_its_own_table_beside_the_applications_alembic(empty_dsn):
+    """An application that already runs Alembic in the same database keeps its public.alembic_version:
+    memoria-pg records its revision in public.memoria_alembic_version, and neither reads the other's."""
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.alembic_version (version_num varchar(32) PRIMARY KEY)")
+        conn.execute("INSERT INTO public.alembic_version VALUES ('3f2a1b9c8d7e')")
+    assert migrate.current(empty_dsn) is None
+    migrate.upgrade(empty_dsn)
+    assert migrate.current(empty_dsn) == HEAD
+    assert scalar(empty_dsn, "SELECT array_agg(version_num) FROM public.alembic_version") == ["3f2a1b9c8d7e"]
+    assert scalar(empty_dsn, "SELECT array_agg(version_num) FROM public.memoria_alembic_version") == [HEAD]
+    migrate.downgrade(empty_dsn, "base")
+    assert migrate.current(empty_dsn) is None
+    assert scalar(empty_dsn, "SELECT array_agg(version_num) FROM public.alembic_version") == ["3f2a1b9c8d7e"]
+
+
+@pytest.mark.parametrize("app_revision", [None, "3f2a1b9c8d7e"])
+def test_a_revision_recorded_in_alembics_default_table_is_adopted(empty_dsn, app_revision):
+    """Releases up to 0019 recorded memoria-pg's revision in public.alembic_version (with the
+    application's, when it shared the table): current() reads it there, and the next upgrade moves it
+    to memoria-pg's own table, leaving the application's row, or dropping a table left empty."""
+    migrate.upgrade(empty_dsn, "0018")
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:  # as an older release left it
+        conn.execute("ALTER TABLE public.memoria_alembic_version RENAME TO alembic_version")
+        conn.execute("ALTER TABLE public.alembic_version RENAME CONSTRAINT memoria_alembic_version_pkc "
+                     "TO alembic_version_pkc")  # fmt: skip
+        if app_revision:
+            conn.execute("INSERT INTO public.alembic_version VALUES (%s)", (app_revision,))
+    assert migrate.current(empty_dsn) == "0018"
+    migrate.upgrade(empty_dsn)
+    assert migrate.current(empty_dsn) == HEAD
+    assert scalar(empty_dsn, "SELECT array_agg(version_num) FROM public.memoria_alembic_version") == [HEAD]
+    legacy = scalar(empty_dsn, "SELECT to_regclass('public.alembic_version') IS NOT NULL")
+    if app_revision:
+        assert legacy and scalar(empty_dsn, "SELECT array_agg(version_num) FROM public.alembic_version") == [
+            app_revision
+        ]
+    else:
+        assert not legacy
+
+
 def acls(dsn: str) -> dict[str, object]:
     """Every privilege in the database that migrations grant: the schemas', the relations' and the
     functions' access lists (memoria, memoria_graph, ag_catalog)."""

@@ -120,7 +120,7 @@ def test_the_cli_says_cannot_connect_only_when_it_cannot(dsn):
     assert "cannot connect to PostgreSQL" in run("--dsn", "postgresql://nobody@127.0.0.1:1/x", "db", "current").output
     # A server error on an open connection (a lock timeout) is not a connection failure.
     with psycopg.connect(dsn) as holder:
-        holder.execute("LOCK TABLE public.alembic_version IN ACCESS EXCLUSIVE MODE")
+        holder.execute("LOCK TABLE public.memoria_alembic_version IN ACCESS EXCLUSIVE MODE")
         result = run("--dsn", dsn, "db", "current", env={"PGOPTIONS": "-c lock_timeout=200"})
     assert failed_cleanly(result), result.output
     assert "cannot connect" not in result.output and "LockNotAvailable" in result.output

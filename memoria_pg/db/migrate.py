@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Sequence
 from typing import TextIO
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
+from psycopg import sql
 
 from ..errors import ExtensionMissing
 from .database import VECTOR_HELP, connect, scalar
 from .resources import migrations_dir
+
+# Alembic's record of the schema's revision: a table of its own, not Alembic's default public.alembic_version,
+# which the application whose database memoria-pg shares may keep for its own migrations (the two
+# histories would then read each other's revision: "Can't locate revision"). In public, not in schema
+# memoria, which the first migration creates and the last downgrade drops.
+VERSION_TABLE = "memoria_alembic_version"
+LEGACY_VERSION_TABLE = "alembic_version"  # where revisions up to 0019 recorded it (adopt_version_table)
 
 
 def alembic_config(
@@ -24,25 +33,74 @@ def alembic_config(
     cfg.attributes["dsn"] = dsn
     cfg.attributes["memory_types"] = tuple(memory_types)
     cfg.attributes["use_age"] = use_age
+    cfg.attributes["version_table"] = VERSION_TABLE
     return cfg
 
 
 def upgrade(dsn: str, revision: str = "head", *, memory_types: tuple[str, ...] = (), use_age: bool = True) -> None:
     _check_vector(dsn)
+    adopt_version_table(dsn)
     command.upgrade(alembic_config(dsn, memory_types=memory_types, use_age=use_age), revision)
 
 
 def downgrade(dsn: str, revision: str = "base") -> None:
-    connect(dsn, autocommit=True, connect_timeout=10).close()  # "cannot connect" before Alembic starts
+    adopt_version_table(dsn)  # also says "cannot connect" before Alembic starts
     command.downgrade(alembic_config(dsn), revision)
 
 
 def current(dsn: str) -> str | None:
+    """The schema's revision (None: not installed). Read only: a revision still recorded where
+    releases up to 0019 kept it counts until the next upgrade or downgrade moves it."""
     with connect(dsn, autocommit=True) as conn:
-        if scalar(conn, "SELECT to_regclass('public.alembic_version')") is None:
-            return None
-        row = conn.execute("SELECT version_num FROM public.alembic_version").fetchone()
-        return row[0] if row else None
+        for table in (VERSION_TABLE, LEGACY_VERSION_TABLE):
+            if scalar(conn, "SELECT to_regclass(%s)", (f"public.{table}",)) is None:
+                continue
+            rows = conn.execute(sql.SQL("SELECT version_num FROM public.{}").format(sql.Identifier(table))).fetchall()
+            ours = [r[0] for r in rows if table == VERSION_TABLE or r[0] in revisions()]
+            if ours:
+                return str(ours[0])
+        return None
+
+
+@functools.cache
+def revisions() -> frozenset[str]:
+    """Every revision of memoria-pg's migrations."""
+    from alembic.script import ScriptDirectory
+
+    return frozenset(s.revision for s in ScriptDirectory.from_config(alembic_config("")).walk_revisions())
+
+
+def adopt_version_table(dsn: str) -> bool:
+    """Move memoria-pg's revision from public.alembic_version (where releases up to revision 0019
+    recorded it, beside any revision of the application's own Alembic history) to its own table, in
+    one transaction; the legacy table is dropped when nothing else is left in it. Only a revision of
+    memoria-pg's, with the memoria schema present, is moved. True when it moved one."""
+    known = sorted(revisions())
+    with connect(dsn, autocommit=True, connect_timeout=10) as conn, conn.transaction():
+        if scalar(conn, "SELECT to_regclass(%s)", (f"public.{VERSION_TABLE}",)) is not None:
+            return False
+        if scalar(conn, "SELECT to_regclass(%s)", (f"public.{LEGACY_VERSION_TABLE}",)) is None:
+            return False
+        if scalar(conn, "SELECT to_regnamespace('memoria')") is None:
+            return False
+        conn.execute(f"LOCK TABLE public.{LEGACY_VERSION_TABLE} IN SHARE ROW EXCLUSIVE MODE")  # two upgrades at once
+        ours = [
+            r[0]
+            for r in conn.execute(
+                f"SELECT version_num FROM public.{LEGACY_VERSION_TABLE} WHERE version_num = ANY(%s)", (known,)
+            )
+        ]
+        if not ours:
+            return False
+        conn.execute(
+            f"CREATE TABLE public.{VERSION_TABLE} (version_num varchar(32) NOT NULL, "
+            f"CONSTRAINT {VERSION_TABLE}_pkc PRIMARY KEY (version_num))"
+        )
+        conn.execute(f"INSERT INTO public.{VERSION_TABLE} (version_num) SELECT unnest(%s::text[])", (ours,))
+        conn.execute(f"DELETE FROM public.{LEGACY_VERSION_TABLE} WHERE version_num = ANY(%s)", (ours,))
+        if scalar(conn, f"SELECT count(*) FROM public.{LEGACY_VERSION_TABLE}") == 0:
+            conn.execute(f"DROP TABLE public.{LEGACY_VERSION_TABLE}")
+        return True
 
 
 def history(dsn: str) -> list[tuple[str, str | None, str]]:
