@@ -4,11 +4,15 @@ store + search round trip, health and readiness, and every error path as applica
 from __future__ import annotations
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import psycopg
 import pytest
 from psycopg import sql
 
+from memoria_pg.db.database import TENANT_LOCK_CLASS
 from tests.conftest import TEMPLATE, create_database, drop_database
 from tests.service_live import free_port, live_server, new_key, run_cli
 
@@ -188,6 +192,26 @@ def test_a_tenant_key_may_not_name_another_tenant(server, tokens):
         assert http.post("/v1/search", json={"text": "x"}).status_code == 200
 
 
+def test_a_non_ascii_tenant_in_the_header_is_read_as_utf8(server, tokens, server_db):
+    # Starlette decodes header values as Latin-1: '租户' would otherwise arrive as 'ç§\x9fæ\x88·'.
+    name = "租户"
+    own = new_key(server_db, name)
+    header = {"X-Memoria-Tenant": name.encode()}
+    with server.client(tokens["admin"]) as http:
+        stored = http.post("/v1/memories", json={"content": "Zhang grows tea."}, headers=header)
+        assert stored.status_code == 201, stored.text
+    assert count(server_db, name) == 1
+    with server.client(own) as http:
+        found = http.post("/v1/search", json={"text": "who grows tea?"}, headers=header)
+        assert found.status_code == 200, found.text
+        assert [m["content"] for m in found.json()["memories"]] == ["Zhang grows tea."]
+        assert_problem(http.post("/v1/search", json={"text": "tea"}, headers={"X-Memoria-Tenant": b"\xe7\xa7"}), 400)
+    for token in (tokens["admin"], tokens["alice"]):
+        with server.client(token) as http:
+            bad = http.post("/v1/search", json={"text": "tea"}, headers={"X-Memoria-Tenant": b"caf\xe9"})
+            assert_problem(bad, 400, "X-Memoria-Tenant", "UTF-8")
+
+
 # -- invalid requests and input --------------------------------------------------------------------------
 
 
@@ -232,6 +256,17 @@ def test_invalid_input_is_422_with_the_librarys_message(server, tokens, path, bo
     assert problem["type"].endswith(":invalid-input")
 
 
+def test_a_long_value_is_cut_short_in_the_detail(server, tokens):
+    long_type = "y" * 10_000
+    with server.client(tokens["alice"]) as http:
+        for response in (
+            http.post("/v1/memories", json={"content": "x", "memory_type": long_type}),
+            http.post("/v1/search", json={"text": "x", "memory_type": long_type}),
+        ):
+            problem = assert_problem(response, 422, "unknown memory_type '" + "y" * 40)
+            assert len(problem["detail"]) < 400 and "y" * 81 not in response.text
+
+
 def test_a_bad_record_fails_its_whole_batch(server, tokens, server_db):
     before = count(server_db, "alice")
     with server.client(tokens["alice"]) as http:
@@ -249,6 +284,24 @@ def test_an_unknown_query_parameter_is_422(server, tokens):
         assert_problem(http.post("/v1/search", params={"debug": 1}, json={"text": "x"}), 422, "debug")
 
 
+def test_a_where_nested_too_deeply_is_422(server, tokens):
+    with server.client(tokens["alice"]) as http:
+        response = http.get("/v1/memories", params={"where": "[" * 10_000 + "]" * 10_000})
+    assert_problem(response, 422, "where")
+
+
+def test_restore_refuses_unknown_fields(server, tokens):
+    with server.client(tokens["alice"]) as http:
+        memory_id = http.post("/v1/memories", json={"content": "Quentin restores clocks."}).json()["ids"][0]
+        assert http.post(f"/v1/memories/{memory_id}/invalidate", json={}).status_code == 200
+        problem = assert_problem(http.post(f"/v1/memories/{memory_id}/restore", json={"x": 1}), 422, "x")
+        assert problem["errors"][0]["loc"] == ["body", "x"]
+        assert http.get(f"/v1/memories/{memory_id}").json()["status"] == "invalidated"
+        assert http.post(f"/v1/memories/{memory_id}/restore", json={}).json()["status"] == "active"
+        assert http.post(f"/v1/memories/{memory_id}/invalidate", json={}).status_code == 200
+        assert http.post(f"/v1/memories/{memory_id}/restore").json()["status"] == "active"  # no body at all
+
+
 def test_malformed_json_is_422(server, tokens):
     with server.client(tokens["alice"], **{"Content-Type": "application/json"}) as http:
         assert_problem(http.post("/v1/search", content=b'{"text": '), 422, "JSON")
@@ -258,6 +311,23 @@ def test_unknown_paths_and_methods(server, tokens):
     with server.client(tokens["alice"]) as http:
         assert_problem(http.get("/v1/nothing"), 404)
         assert_problem(http.get("/v1/search"), 405)
+
+
+def test_405_names_the_methods_of_the_path_and_head_is_served_where_get_is(server, tokens):
+    with server.client(tokens["alice"]) as http:
+        for method, path, allow in [
+            ("GET", "/v1/search", "POST"),
+            ("PUT", "/v1/memories/1", "DELETE, GET, HEAD, PATCH"),
+            ("DELETE", "/v1/memories", "GET, HEAD, POST"),
+            ("HEAD", "/v1/search", "POST"),
+        ]:
+            response = http.request(method, path)
+            assert response.status_code == 405, (method, path, response.text)
+            assert response.headers["allow"] == allow, (method, path)
+        for path in ("/v1/health", "/v1/ready", "/v1/memories"):
+            got, head = http.get(path), http.head(path)
+            assert head.status_code == got.status_code == 200, (path, head.status_code)
+            assert head.content == b"" and head.headers["content-type"] == got.headers["content-type"]
 
 
 # -- limits --------------------------------------------------------------------------------------------
@@ -315,6 +385,54 @@ def test_503_when_the_database_cannot_be_reached(admin_dsn, template_dsn):
         with psycopg.connect(admin_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(name)))
         drop_database(admin_dsn, name)
+
+
+def test_503_when_no_slot_becomes_free_within_the_pool_timeout(admin_dsn, template_dsn):
+    # One slot (--max-concurrency 1), held by hank's store waiting for his tenant's write lock (held
+    # here): iris's search must not wait for it without bound, but get 503 after the pool timeout.
+    name, dsn = create_database(admin_dsn, TEMPLATE)
+    hank, iris = new_key(dsn, "hank"), new_key(dsn, "iris")
+    args = ("--max-concurrency", "1", "--key-cache-seconds", "600")
+    try:
+        with (
+            live_server(dsn, *args, env={"MEMORIA_POOL_TIMEOUT": "1"}) as server,
+            server.client(hank) as hanks,
+            server.client(iris) as iriss,
+            ThreadPoolExecutor(1) as pool,
+        ):
+            assert iriss.post("/v1/search", json={"text": "x"}).status_code == 200  # her key is cached now
+            with psycopg.connect(dsn) as lock:
+                lock.execute("SELECT pg_advisory_xact_lock(%s, hashtext('hank'))", (TENANT_LOCK_CLASS,))
+                blocked = pool.submit(hanks.post, "/v1/memories", json={"content": "Hank waits."})
+                _wait_for_an_advisory_lock_wait(lock)
+                started = time.monotonic()
+                try:
+                    busy = iriss.post("/v1/search", json={"text": "x"}, timeout=15)
+                except httpx.ReadTimeout:
+                    pytest.fail("the search waited for a slot without bound")
+                waited = time.monotonic() - started
+                lock.rollback()
+            assert_problem(busy, 503, "busy: all", "stayed in use for 1 s")
+            assert busy.headers["retry-after"] == "1"
+            assert 0.9 <= waited < 10, waited
+            assert blocked.result(timeout=60).status_code == 201
+            assert iriss.post("/v1/search", json={"text": "x"}).status_code == 200  # the slot is free again
+    finally:
+        drop_database(admin_dsn, name)
+
+
+def _wait_for_an_advisory_lock_wait(conn: psycopg.Connection) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with psycopg.connect(conn.info.dsn, autocommit=True) as probe:
+            waiting = probe.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"
+                " AND datname = current_database()"
+            ).fetchone()[0]
+        if waiting:
+            return
+        time.sleep(0.05)
+    pytest.fail("the store never waited for the tenant's write lock")
 
 
 def _refuse_connections(admin_dsn: str, name: str) -> None:

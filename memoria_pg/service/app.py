@@ -3,7 +3,8 @@ MCP server's streamable HTTP endpoint at /mcp, all on one AsyncMemorySystem open
 
 Routes are `async def` and run the library on AsyncMemorySystem's bounded pool (sized to the
 connection pool) rather than in Starlette's threadpool (40 threads, whatever the pool): excess
-requests wait in the event loop instead of for a pooled connection, and REST and MCP share one bound.
+requests wait in the event loop instead of for a pooled connection (for at most the pool timeout, then
+503: AsyncMemorySystem.run), and REST and MCP share one bound.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def create_app(
         )
     app.openapi = _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(HeadAsGet)
     return app
 
 
@@ -188,6 +190,22 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
         return app.openapi_schema
 
     return openapi
+
+
+class HeadAsGet:
+    """HEAD wherever GET is (probes use HEAD): FastAPI's routes serve only the methods they name, so a
+    HEAD that no route serves runs as the GET of its path. The server (uvicorn) sends the GET's status
+    and headers and drops the body, as it does for every response to a HEAD."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "HEAD":
+            app = scope["app"]  # the FastAPI app (Starlette sets it before the middleware)
+            if not problems.serves(app, scope, "HEAD") and problems.serves(app, scope, "GET"):
+                scope = {**scope, "method": "GET"}
+        await self.app(scope, receive, send)
 
 
 class BodyLimit:

@@ -84,7 +84,21 @@ class Authenticator:
 
     async def tenant_of(self, headers: Mapping[str, str]) -> str:
         principal = await self.principal(headers.get("authorization"))
-        return self.tenant(principal, headers.get(TENANT_HEADER.lower()))
+        return self.tenant(principal, requested_tenant(headers))
+
+
+def requested_tenant(headers: Mapping[str, str]) -> str | None:
+    """The X-Memoria-Tenant header as UTF-8 (400 when it is not), None when it was not sent.
+
+    Starlette decodes header values as Latin-1 (one character per byte), so the bytes come back
+    intact with an encode to Latin-1; a tenant name is UTF-8 everywhere else (CLI, keys, database)."""
+    value = headers.get(TENANT_HEADER.lower())
+    if value is None:
+        return None
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:  # a character beyond Latin-1 cannot come from Starlette, but fail the same way
+        raise BadRequest(f"the {TENANT_HEADER} header must be UTF-8 (a tenant name's UTF-8 bytes)") from None
 
 
 class RequireTenant:

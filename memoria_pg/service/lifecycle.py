@@ -8,7 +8,7 @@ import datetime as dt
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Body, Path, Query
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from .. import InputError, Memory
@@ -95,7 +95,7 @@ class Invalidation(BaseModel):
     at: dt.datetime | None = Field(None, description="From when it no longer holds; default now")
 
 
-@router.get("/{memory_id}", summary="One memory", responses=ERRORS)
+@router.get("/{memory_id:int}", summary="One memory", responses=ERRORS)
 async def get_memory(memory_id: MemoryId, memory: MemoryDep, tenant: Tenant) -> StoredMemory:
     return StoredMemory.of(await memory.get(memory_id, tenant=tenant))
 
@@ -119,13 +119,13 @@ async def list_memories(
     )
 
 
-@router.patch("/{memory_id}", summary="Change a memory", responses=ERRORS)
+@router.patch("/{memory_id:int}", summary="Change a memory", responses=ERRORS)
 async def update_memory(memory_id: MemoryId, body: MemoryPatch, memory: MemoryDep, tenant: Tenant) -> StoredMemory:
     changes = {name: getattr(body, name) for name in body.model_fields_set}
     return StoredMemory.of(await memory.update(memory_id, tenant=tenant, **changes))
 
 
-@router.delete("/{memory_id}", summary="Delete a memory and everything derived from it", responses=ERRORS)
+@router.delete("/{memory_id:int}", summary="Delete a memory and everything derived from it", responses=ERRORS)
 async def delete_memory(memory_id: MemoryId, memory: MemoryDep, tenant: Tenant) -> Deleted:
     return Deleted(deleted=await memory.delete(memory_id, tenant=tenant))
 
@@ -138,19 +138,30 @@ async def forget(body: ForgetRequest, memory: MemoryDep, tenant: Tenant) -> Forg
     return ForgetResponse(matched=result.matched, deleted=result.deleted, ids=list(result.ids))
 
 
-@router.get("/{memory_id}/history", summary="What happened to a memory, oldest first", responses=ERRORS)
+@router.get("/{memory_id:int}/history", summary="What happened to a memory, oldest first", responses=ERRORS)
 async def history(memory_id: MemoryId, memory: MemoryDep, tenant: Tenant) -> list[HistoryEntry]:
     events = await memory.history(memory_id, tenant=tenant)
     return [HistoryEntry(id=e.id, memory_id=e.memory_id, event=e.event, at=e.at, detail=e.detail) for e in events]
 
 
-@router.post("/{memory_id}/invalidate", summary="Retire a memory from a time on (reversible)", responses=ERRORS)
+@router.post("/{memory_id:int}/invalidate", summary="Retire a memory from a time on (reversible)", responses=ERRORS)
 async def invalidate(memory_id: MemoryId, body: Invalidation, memory: MemoryDep, tenant: Tenant) -> StoredMemory:
     return StoredMemory.of(await memory.invalidate(memory_id, tenant=tenant, at=body.at))
 
 
-@router.post("/{memory_id}/restore", summary="Undo an invalidation", responses=ERRORS)
-async def restore(memory_id: MemoryId, memory: MemoryDep, tenant: Tenant) -> StoredMemory:
+class Restoration(BaseModel):
+    """No fields yet: the body may be left out, or be {}."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@router.post("/{memory_id:int}/restore", summary="Undo an invalidation", responses=ERRORS)
+async def restore(
+    memory_id: MemoryId,
+    memory: MemoryDep,
+    tenant: Tenant,
+    body: Annotated[Restoration | None, Body(description="May be left out")] = None,
+) -> StoredMemory:
     return StoredMemory.of(await memory.restore(memory_id, tenant=tenant))
 
 
@@ -159,6 +170,8 @@ def _json_object(text: str | None, what: str) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(text)
+    except RecursionError:  # the decoder recurses once per level of nesting
+        raise InputError(f"{what} is nested too deeply to be read: send a flatter JSON object") from None
     except ValueError:
         raise InputError(f'{what} must be a JSON object, e.g. {{"speaker": "Maya"}}') from None
     if not isinstance(value, dict):

@@ -8,6 +8,7 @@ validation errors list where and what, not the value that was sent.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -23,6 +24,10 @@ from .. import errors
 PROBLEM_JSON = "application/problem+json"
 TYPE_BASE = "urn:memoria-pg:problem:"
 log = logging.getLogger("memoria_pg.service")
+RETRY_AFTER_SECONDS = "1"  # for 503 busy: a slot or a pooled connection is usually free again soon
+ECHO_MAX = 80  # characters of a value echoed in a detail (problem_response cuts longer ones)
+DETAIL_MAX = 2000  # characters of a detail
+_QUOTED = re.compile(r"""(?<!\w)(['"])((?:\\.|(?!\1)[^\\])*)\1(?!\w)""")  # 'a value', "a value"
 
 
 class FieldError(BaseModel):
@@ -104,13 +109,21 @@ def problem_response(
         type=TYPE_BASE + kind,
         title=title,
         status=status,
-        detail=detail,
+        detail=shortened(detail),
         instance=request.url.path,
         errors=list(field_errors) if field_errors is not None else None,
     )
     return JSONResponse(
         body.model_dump(exclude_none=True), status_code=status, headers=dict(headers or {}), media_type=PROBLEM_JSON
     )
+
+
+def shortened(detail: str) -> str:
+    """The detail with every quoted value over ECHO_MAX characters cut to its first ECHO_MAX and '...'
+    (a message may echo what was sent: an unknown memory_type of 10,000 characters), and at most
+    DETAIL_MAX characters in all."""
+    detail = _QUOTED.sub(lambda m: f"{m[1]}{m[2][:ECHO_MAX]}...{m[1]}" if len(m[2]) > ECHO_MAX else m[0], detail)
+    return detail if len(detail) <= DETAIL_MAX else detail[:DETAIL_MAX] + "..."
 
 
 def status_of(exc: errors.MemoriaError) -> tuple[int, str, str]:
@@ -130,7 +143,8 @@ async def _library_error(request: Request, exc: Exception) -> JSONResponse:
     status, kind, title = status_of(exc)
     if status >= 500:
         log.warning("%s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
-    return problem_response(request, status, kind, title, str(exc))
+    headers = {"Retry-After": RETRY_AFTER_SECONDS} if isinstance(exc, errors.PoolTimeout) else None
+    return problem_response(request, status, kind, title, str(exc), headers=headers)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -152,18 +166,27 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
     headers = dict(exc.headers or {})
     if exc.status_code == 405:  # Starlette names the methods of the first route of the path only
-        headers["Allow"] = ", ".join(sorted(_methods_of(request)))
+        headers["Allow"] = ", ".join(sorted(methods_at(request.app, request.scope)))
     return problem_response(request, exc.status_code, kind, title, detail, headers=headers)
 
 
-def _methods_of(request: Request) -> set[str]:
-    """Every method some route serves at the request's path."""
-    probe = {**request.scope, "method": "-"}  # matches no route's methods: a path match is PARTIAL
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches(probe)
-        if match is Match.PARTIAL:
-            methods |= set(getattr(route, "methods", None) or ())
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def serves(app: Any, scope: Mapping[str, Any], method: str) -> bool:
+    """Whether a route of `app` serves `method` at the scope's path."""
+    probe = {**scope, "method": method}
+    return any(route.matches(probe)[0] is Match.FULL for route in app.router.routes)
+
+
+def methods_at(app: Any, scope: Mapping[str, Any]) -> set[str]:
+    """Every method some route of `app` serves at the scope's path (HEAD wherever GET is: app.HeadAsGet).
+
+    Each method is tried against the routes as the router would (FastAPI's included routers have no
+    `.methods` of their own, so asking the routes is the one way that sees them all)."""
+    methods = {method for method in HTTP_METHODS if serves(app, scope, method)}
+    if "GET" in methods:
+        methods.add("HEAD")
     return methods
 
 

@@ -38,6 +38,8 @@ class ServiceSettings:
         for name in ("port", "workers", "max_body_bytes", "max_batch"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be positive, got {getattr(self, name)}")
+        if self.port > 65535:
+            raise ConfigError(f"{ENV_PREFIX}PORT must be a TCP port (1 to 65535), got {self.port}")
         if self.key_cache_seconds < 0 or self.max_concurrency < 0 or self.vector_index_sync_seconds < 0:
             raise ConfigError("key_cache_seconds, max_concurrency and vector_index_sync_seconds must not be negative")
 

@@ -12,7 +12,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from .. import AsyncMemorySystem, Config
-from .auth import TENANT_HEADER, Authenticator
+from .auth import TENANT_HEADER, Authenticator, requested_tenant
 from .settings import ServiceSettings
 
 
@@ -58,7 +58,7 @@ _bearer = HTTPBearer(
 async def tenant(
     request: Request,
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    x_memoria_tenant: Annotated[
+    _x_memoria_tenant: Annotated[
         str | None,
         Header(
             alias=TENANT_HEADER,
@@ -66,10 +66,11 @@ async def tenant(
         ),
     ] = None,
 ) -> str:
-    """The tenant this request acts for (auth.py has the rules)."""
+    """The tenant this request acts for (auth.py has the rules). The parameter documents the header;
+    its value is read as UTF-8 (auth.requested_tenant), not as the Latin-1 FastAPI hands over."""
     authenticator = _state(request).require_authenticator()
     principal = await authenticator.principal(request.headers.get("authorization"))
-    return authenticator.tenant(principal, x_memoria_tenant)
+    return authenticator.tenant(principal, requested_tenant(request.headers))
 
 
 Memory = Annotated[AsyncMemorySystem, Depends(memory)]
