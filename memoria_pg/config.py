@@ -195,6 +195,10 @@ class Config:
             value = getattr(self, name)
             if not low <= value <= high:  # NaN fails too
                 raise ConfigError(f"{name} must be between {low:,} and {high:,}, got {value!r}")
+        if self.dsn is not None and not self.dsn.strip():
+            raise ConfigError(
+                "the DSN (dsn, --dsn or MEMORIA_DSN) is empty: give a DSN, or unset it to use the embedded server"
+            )
         if self.replica_dsns and self.dsn is None:
             raise ConfigError("replica_dsns needs dsn (the primary): the embedded server has no standbys")
         if self.pool_min_size > self.pool_max_size:

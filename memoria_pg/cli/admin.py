@@ -10,7 +10,8 @@ from ..core import validation
 from ..db import connect, redact_dsn
 from ..db import embedded as server
 from ..errors import SyncRunning
-from .base import cli, config_of, data_dir_for, dsn_for, open_system
+from .base import cli, config_of, data_dir_for, dsn_for, open_system, unchecked_config
+from .revisions import Revisions, downgrade_warning
 
 
 @cli.command("config")
@@ -18,10 +19,10 @@ from .base import cli, config_of, data_dir_for, dsn_for, open_system
 @click.pass_context
 def config_cmd(ctx: click.Context, as_json: bool) -> None:
     """Print the effective settings (defaults overridden by MEMORIA_* variables and options)."""
-    values = config_of(ctx).as_dict()
+    values = unchecked_config(ctx).as_dict()
     if isinstance(values.get("dsn"), str):
         values["dsn"] = redact_dsn(str(values["dsn"]))
-    values["replica_dsns"] = tuple(redact_dsn(d) for d in config_of(ctx).replica_dsns)
+    values["replica_dsns"] = tuple(redact_dsn(d) for d in unchecked_config(ctx).replica_dsns)
     if as_json:
         click.echo(json.dumps(values, indent=2, default=list))
         return
@@ -104,8 +105,17 @@ def db_upgrade(ctx: click.Context, revision: str, vector_indexes: bool) -> None:
     from ..db import vector_indexes as indexes
 
     cfg = config_of(ctx)
+    revisions = Revisions.load()
     dsn = dsn_for(cfg)
-    migrate.upgrade(dsn, revision, memory_types=cfg.memory_types, use_age=cfg.use_age)
+    current = revisions.index(migrate.current(dsn))
+    target = revisions.resolve(revision, current)
+    if target < current:
+        raise click.ClickException(
+            f"revision {revisions.shown(revision, target)} is below the database's current revision "
+            f"{revisions.name(current)}: `db upgrade` only moves forward; to go back, use "
+            f"`memoria-pg db downgrade {revisions.name(target)}` (it asks first)"
+        )
+    migrate.upgrade(dsn, revisions.name(target), memory_types=cfg.memory_types, use_age=cfg.use_age)
     now = migrate.current(dsn)
     click.echo(f"schema at {now}")
     if vector_indexes and now is not None and int(now) >= indexes.REGISTRY_SINCE:
@@ -120,13 +130,27 @@ def db_upgrade(ctx: click.Context, revision: str, vector_indexes: bool) -> None:
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
 def db_downgrade(ctx: click.Context, revision: str, yes: bool) -> None:
-    """Downgrade the schema to REVISION (default: base, which drops all memories)."""
+    """Downgrade the schema to REVISION (default: base, which drops all memories).
+
+    Every downgrade drops what the migrations it reverts added, with the data stored there (to 0009
+    or below: the memory history; to 0010 or below: the API keys): it lists them and asks first,
+    unless --yes."""
     from ..db import migrate
 
-    if revision == "base" and not yes:
-        click.confirm("Downgrading to base deletes every memory. Continue?", abort=True)
+    revisions = Revisions.load()
     dsn = dsn_for(config_of(ctx))
-    migrate.downgrade(dsn, revision)
+    current = revisions.index(migrate.current(dsn))
+    target = revisions.resolve(revision, current)
+    if target > current:
+        raise click.ClickException(
+            f"revision {revisions.shown(revision, target)} is above the database's current revision "
+            f"{revisions.name(current)}: `db downgrade` only moves back; to go forward, use "
+            f"`memoria-pg db upgrade {revisions.name(target)}`"
+        )
+    if target < current:
+        if not yes:
+            click.confirm(downgrade_warning(revisions, current, target), abort=True)
+        migrate.downgrade(dsn, revisions.name(target))
     click.echo(f"schema at {migrate.current(dsn) or 'base'}")
 
 

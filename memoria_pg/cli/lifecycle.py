@@ -122,7 +122,8 @@ def erase_tenant_cmd(ctx: click.Context, tenant: str, yes: bool) -> None:
         if not yes:
             click.confirm(f"Erase tenant {tenant!r} ({shown} memories, their history and statistics)?", abort=True)
         counts = system.erase_tenant(tenant)
-    click.echo(f"erased tenant {tenant!r}: " + ", ".join(f"{t} {n}" for t, n in counts.items() if n))
+    removed = ", ".join(f"{t} {n}" for t, n in counts.items() if n)
+    click.echo(f"erased tenant {tenant!r}: {removed}" if removed else f"nothing stored for tenant {tenant!r} (0 rows)")
 
 
 @cli.command("history")

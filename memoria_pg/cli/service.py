@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +17,7 @@ import click
 
 from ..config import Config
 from ..core import validation
-from .base import cli, config_of, dsn_for
+from .base import cli, config_of, dsn_for, error_message, one_line
 
 SERVER_EXTRA = "the server needs its extra dependencies: pip install 'memoria-pg[server]'"
 
@@ -31,7 +33,7 @@ def _service_modules() -> None:
 
 @cli.command("serve")
 @click.option("--host", help="Address to listen on (default 127.0.0.1; MEMORIA_SERVE_HOST).")
-@click.option("--port", type=int, help="Port (default 8080).")
+@click.option("--port", type=click.IntRange(1, 65535), help="Port, 1..65535 (default 8080).")
 @click.option("--workers", type=int, help="Worker processes, each with its own MemorySystem (>1 needs a DSN).")
 @click.option(
     "--insecure", is_flag=True, default=None, help="Serve without API keys on an address that is not loopback."
@@ -61,6 +63,11 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
         raise click.ClickException(
             "--workers > 1 needs a DSN (--dsn or MEMORIA_DSN): the embedded server is per process"
         )
+    _check_listen(settings.host, settings.port)
+    if cfg.dsn:
+        from ..db import connect
+
+        connect(cfg.dsn, connect_timeout=10).close()  # "cannot connect" here, not as uvicorn's traceback
     if cfg.dsn and not settings.allow_anonymous:
         _require_keys(cfg.dsn, settings.host)
     run: dict[str, Any] = {
@@ -76,7 +83,50 @@ def serve(ctx: click.Context, /, **options: Any) -> None:
         return
     from ..service.app import create_app
 
-    uvicorn.run(create_app(settings, cfg), **run)
+    app = create_app(settings, cfg)
+    failed = _start_up_failure(app)
+    try:
+        uvicorn.run(app, **run)
+    except SystemExit as exc:
+        if failed:  # the app could not start (its lifespan raised): that error, in one line
+            raise click.ClickException(one_line(error_message(failed[0]))) from failed[0]
+        if exc.code not in (0, None):  # uvicorn said why (e.g. the address is in use) and exits 1
+            raise click.exceptions.Exit(1) from None
+        raise
+
+
+def _check_listen(host: str, port: int) -> None:
+    """The address can be listened on (as uvicorn binds it), or one clean error before anything starts."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host} port {port}: {exc.strerror or exc}") from None
+
+
+def _start_up_failure(app: Any) -> list[BaseException]:
+    """Wrap the app's lifespan: an error while it starts is kept (returned list) and uvicorn's own
+    report of it (the traceback, "Application startup failed") is not logged; the command says it."""
+    inner = app.router.lifespan_context
+    failed: list[BaseException] = []
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app_: Any) -> Any:
+        started = False
+        try:
+            async with inner(app_) as state:
+                started = True
+                yield state
+        except Exception as exc:
+            if not started:
+                failed.append(exc)
+            raise
+
+    app.router.lifespan_context = lifespan
+    logging.getLogger("uvicorn.error").addFilter(lambda record: not failed)
+    return failed
 
 
 def _require_keys(dsn: str, host: str) -> None:
