@@ -33,7 +33,7 @@ import numpy as np
 from .config import Config
 from .core.types import ForgetResult, HistoryEvent, Memory, MemoryRecord, StoreResult
 from .db import vector_indexes
-from .errors import PoolTimeout
+from .errors import PoolTimeout, ServerError
 from .query import QueryResponse
 from .system import MemorySystem
 
@@ -83,6 +83,9 @@ class AsyncMemorySystem:
         call = functools.partial(contextvars.copy_context().run, fn, self.system)
         try:
             future = self._executor.submit(call)
+        except RuntimeError:  # the executor was shut down: close() was called
+            self._slots.release()
+            raise ServerError("this memory system is closed (its close() was called): open a new one") from None
         except BaseException:
             self._slots.release()
             raise

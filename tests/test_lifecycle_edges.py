@@ -68,3 +68,22 @@ def test_0020_replaces_the_invalid_index_and_its_downgrade_restores_it(empty_dsn
     assert "memories_bounded" in indexes() and "memories_invalid" not in indexes()
     migrate.downgrade(empty_dsn, "0019")
     assert "memories_invalid" in indexes() and "memories_bounded" not in indexes()
+
+
+def test_a_closed_system_says_it_is_closed(config):
+    import asyncio
+
+    from memoria_pg import AsyncMemorySystem, HashEmbedder, ServerError
+
+    system = MemorySystem(config, embedder=HashEmbedder())
+    system.close()
+    with pytest.raises(ServerError, match=r"this memory system is closed \(its close\(\) was called\)"):
+        system.query("x", tenant="t")
+
+    async def run() -> None:
+        memory = await AsyncMemorySystem.open(config, embedder=HashEmbedder())
+        await memory.close()
+        with pytest.raises(ServerError, match="this memory system is closed"):
+            await memory.store("x", tenant="t")
+
+    asyncio.run(run())
