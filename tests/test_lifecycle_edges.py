@@ -87,3 +87,15 @@ def test_a_closed_system_says_it_is_closed(config):
             await memory.store("x", tenant="t")
 
     asyncio.run(run())
+
+
+def test_an_end_before_the_start_is_refused_and_restoring_what_holds_records_nothing(system: MemorySystem):
+    memory_id = system.store("Maya lives in Lisbon.", tenant="t", created_at="2026-01-01")
+    with pytest.raises(InputError, match=rf"before memory {memory_id} began to hold \(2026-01-01"):
+        system.invalidate(memory_id, tenant="t", at="2025-06-01")
+    assert system.get(memory_id, tenant="t").valid_to is None
+    system.restore(memory_id, tenant="t")  # it holds: nothing to undo
+    assert [e.event for e in system.history(memory_id, tenant="t")] == ["stored"]
+    system.invalidate(memory_id, tenant="t", at="2026-02-01")
+    system.restore(memory_id, tenant="t")
+    assert [e.event for e in system.history(memory_id, tenant="t")] == ["stored", "invalidated", "restored"]

@@ -112,8 +112,24 @@ def _rewrite(
 
 
 def set_validity(conn: psycopg.Connection, memory_id: int, valid_to: dt.datetime | None) -> None:
-    if conn.execute(load_sql("lifecycle/set_validity"), {"id": memory_id, "valid_to": valid_to}).fetchone() is None:
+    """Invalidate from `valid_to`, or restore (None). An end before the memory began to hold is an
+    InputError; restoring a memory that holds changes nothing and records nothing."""
+    row = conn.execute(
+        "SELECT valid_to, coalesce(valid_from, created_at) FROM memoria.memories "
+        "WHERE tenant = current_setting('memoria.tenant') AND id = %s FOR UPDATE",
+        (memory_id,),
+    ).fetchone()
+    if row is None:
         raise NotFound(f"memory {memory_id} not found (for this tenant)")
+    current_end, start = row
+    if valid_to is not None and valid_to < start:
+        raise InputError(
+            f"at {valid_to.isoformat()} is before memory {memory_id} began to hold ({start.isoformat()}): "
+            "a memory cannot stop holding before it starts"
+        )
+    if valid_to is None and current_end is None:
+        return
+    conn.execute(load_sql("lifecycle/set_validity"), {"id": memory_id, "valid_to": valid_to})
     event = "invalidated" if valid_to is not None else "restored"
     reads.record(conn, memory_id, event, {"valid_to": valid_to.isoformat() if valid_to else None})
 
