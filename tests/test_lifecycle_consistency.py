@@ -75,9 +75,8 @@ def apply(system: MemorySystem, live: list[tuple[str, int]], step: tuple[Any, ..
             system.invalidate(memory_id, tenant=tenant, at=BASE + dt.timedelta(days=step[2]))
     except NotFound:
         raise
-    except (
-        Exception
-    ) as exc:  # refused, nothing else: a correction that would duplicate another memory, an end before the start
+    # Refused, and nothing else: a correction that would duplicate another memory, an end before the start.
+    except Exception as exc:
         assert "already has this content" in str(exc) or "began to hold" in str(exc), exc
 
 
