@@ -102,14 +102,20 @@ def tenant_or_default(value: object, default: str) -> str:
     return default if value is None else tenant(value)
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """A value as an error message echoes it: its repr, cut to `limit` characters (a caller may send
+    10,000)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def memory_type(value: str | None, known: Collection[str], where: str | None = None) -> str | None:
     """`value` when it is None or one of the `known` memory types."""
     if value is None or value in known:
         return value
     prefix = f"{where}: " if where else ""
-    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:80] + "..."
     raise InputError(
-        f"{prefix}unknown memory_type {shown}; known types: {list(known)} (add one with `memoria-pg types add "
+        f"{prefix}unknown memory_type {shown(value)}; known types: {list(known)} (add one with `memoria-pg types add "
         "NAME`; a process started before a type was added learns it when restarted)"
     )
 
@@ -345,8 +351,7 @@ MAX_MEMORY_ID = 2**63 - 1  # a bigint
 def memory_id(value: object) -> int:
     """A memory id: a positive integer (not a bool) that a bigint holds."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MEMORY_ID:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
-        raise InputError(f"a memory id must be a positive integer up to {MAX_MEMORY_ID}, got {shown}")
+        raise InputError(f"a memory id must be a positive integer up to {MAX_MEMORY_ID}, got {shown(value, 40)}")
     return value
 
 

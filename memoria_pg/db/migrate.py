@@ -65,9 +65,7 @@ def current(dsn: str) -> str | None:
 @functools.cache
 def revisions() -> frozenset[str]:
     """Every revision of memoria-pg's migrations."""
-    from alembic.script import ScriptDirectory
-
-    return frozenset(s.revision for s in ScriptDirectory.from_config(alembic_config("")).walk_revisions())
+    return frozenset(revision for revision, _down, _doc in history(""))
 
 
 def adopt_version_table(dsn: str) -> bool:
