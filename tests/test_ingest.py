@@ -69,7 +69,28 @@ def test_store_many_is_idempotent_on_content_hash(system, dsn):
     second = system.store_many(records + [{"content": "note   number 0 about gardening", "tenant": "t"}])
     assert (second.inserted, second.duplicates) == (0, 6)  # whitespace differences hash the same
     assert second.ids == [None] * 6
+    assert second.existing == [*first.ids, first.ids[0]]  # each duplicate names the memory it repeats
     assert counts(dsn) == before
+
+
+def test_a_duplicate_names_the_memory_it_repeats(system, dsn):
+    """StoreResult.existing: for a record already stored (before, or earlier in the same call), the id
+    of that memory; a record of another tenant or type with the same text is not a duplicate."""
+    stored = system.store("Maya's favourite colour is teal.", tenant="t")
+    result = system.store_many(
+        [
+            {"content": "Maya's favourite colour is teal.", "tenant": "t"},  # stored before
+            {"content": "Jonas lives in Porto.", "tenant": "t"},  # new
+            {"content": "Jonas lives in Porto.", "tenant": "t"},  # repeats the one above
+            {"content": "Maya's favourite colour is teal.", "tenant": "u"},  # another tenant: new
+            {"content": "Maya's favourite colour is teal.", "tenant": "t", "memory_type": "fact"},  # another type
+        ],
+        batch_size=2,
+    )
+    jonas = result.ids[1]
+    assert result.ids[0] is None and result.ids[2] is None and None not in (jonas, result.ids[3], result.ids[4])
+    assert result.existing == [stored, None, jonas, None, None]
+    assert (result.inserted, result.duplicates) == (3, 2)
 
 
 def test_store_many_without_ids_keeps_the_counts_only(system, dsn):

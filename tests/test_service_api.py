@@ -96,6 +96,7 @@ def test_store_one_and_a_batch_then_search(server, tokens):
         assert batch.status_code == 201, batch.text
         assert batch.json()["inserted"] == 2 and batch.json()["duplicates"] == 1
         assert batch.json()["ids"][2] is None
+        assert batch.json()["existing_ids"] == [None, None, one.json()["ids"][0]]  # the memory it repeats
         found = http.post("/v1/search", json={"text": "what is Maya's favourite colour?", "top_k": 3}).json()
     top = found["memories"][0]
     assert top["content"] == "Maya's favourite colour is teal." and top["memory_type"] == "preference"

@@ -101,7 +101,7 @@ def check_session(result: dict[str, Any]) -> None:
     assert "tenant" not in recall_schema["properties"] and "tenant" not in tools["remember"].input_schema["properties"]
     assert tools["recall"].output_schema and tools["recall"].description
     assert result["stored"]["stored"] is True and result["stored"]["id"] > 0
-    assert result["again"] == {"id": None, "stored": False}
+    assert result["again"] == {"id": result["stored"]["id"], "stored": False}  # the memory stored already
     top = result["recalled"][0]
     assert top["content"] == "Maya's dog is called Rex." and top["id"] == result["stored"]["id"]
     assert "vector" in top["sources"] and top["scores"] and top["why"].startswith("found by")

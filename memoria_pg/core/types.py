@@ -120,7 +120,10 @@ class MemoryRecord:
 class StoreResult:
     inserted: int = 0
     duplicates: int = 0
-    ids: list[int | None] = field(default_factory=list)  # per record; the existing id is not looked up
+    ids: list[int | None] = field(default_factory=list)  # per record: its new id, None for a duplicate
+    # per record: for a duplicate, the id of the memory it repeats (stored before, or earlier in the
+    # same call); None for a record stored now. Filled when ids is.
+    existing: list[int | None] = field(default_factory=list)
     # rows staged: memories + their BM25 terms + entities + attributes (a memory's terms and entities
     # travel as arrays in its COPY row)
     copy_rows: int = 0

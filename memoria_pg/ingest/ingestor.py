@@ -157,8 +157,8 @@ class Ingestor:
         """Write one batch in one transaction. The memories at the positions in `late` are inserted
         after the others: a concurrent batch that inserts the same key holds it until it commits,
         and the rest of this batch's work need not wait for that (what is inserted is the same)."""
-        result = StoreResult(ids=[None] * len(prepared))
-        by_tenant = _by_tenant(prepared, result)
+        result = StoreResult(ids=[None] * len(prepared), existing=[None] * len(prepared))
+        by_tenant, repeats = _by_tenant(prepared, result)
         # Tenants in one order for every batch, and within a tenant each statement takes its row locks
         # in key order; so two writers whose batches share tenants (store_many's parallel writers, or
         # two processes) always lock in the same global order and never deadlock. The late memories
@@ -175,14 +175,28 @@ class Ingestor:
             self._insert_own_rows(conn, tenants, late_tenants)
             self._update_shared_rows(conn, tenants)
             ids = dict(conn.execute("SELECT row_no, memory_id FROM stage_memories").fetchall())
+            existing = self._existing_ids(conn, sorted({prepared[row].tenant for row, i in ids.items() if i is None}))
         for rows in by_tenant.values():
             for row in rows:
                 result.ids[row] = ids.get(row)
                 if ids.get(row) is None:
                     result.duplicates += 1
+                    result.existing[row] = existing.get(row)
                 else:
                     result.inserted += 1
+        for row, first in repeats.items():  # a record repeating an earlier one of the batch
+            result.existing[row] = result.ids[first] or result.existing[first]
         return result
+
+    @staticmethod
+    def _existing_ids(conn: psycopg.Connection, tenants: Sequence[str]) -> dict[int, int]:
+        """{stage row: id of the memory already stored under its key} for the duplicates of `tenants`
+        (one probe of the key each; only when the batch had duplicates)."""
+        found: dict[int, int] = {}
+        for tenant in tenants:
+            set_tenant(conn, tenant)
+            found.update(conn.execute(load_sql("ingest/existing_ids")).fetchall())
+        return found
 
     def pipelined(self, conn: psycopg.Connection) -> contextlib.AbstractContextManager[Any]:
         """Pipeline mode (when libpq has it) for a caller's run of statements (see _pipeline)."""
@@ -299,6 +313,7 @@ def _add(total: StoreResult, result: StoreResult, return_ids: bool) -> None:
     total.copy_rows += result.copy_rows
     if return_ids:  # a list entry per record: the one thing here that grows with the stream
         total.ids.extend(result.ids)
+        total.existing.extend(result.existing)
 
 
 def _finish_in_flight(
@@ -316,17 +331,20 @@ def _finish_in_flight(
             raise earlier from None
 
 
-def _by_tenant(prepared: Sequence[Prepared], result: StoreResult) -> dict[str, list[int]]:
-    """The batch's positions by tenant, each key once (a duplicate inside the batch counts as one)."""
+def _by_tenant(prepared: Sequence[Prepared], result: StoreResult) -> tuple[dict[str, list[int]], dict[int, int]]:
+    """The batch's positions by tenant, each key once (a duplicate inside the batch counts as one),
+    and {position of a repeat: position of the key's first record}."""
     by_tenant: dict[str, list[int]] = {}
-    seen: set[Key] = set()
+    first: dict[Key, int] = {}
+    repeats: dict[int, int] = {}
     for i, p in enumerate(prepared):
-        if p.key in seen:
+        if p.key in first:
             result.duplicates += 1
+            repeats[i] = first[p.key]
             continue
-        seen.add(p.key)
+        first[p.key] = i
         by_tenant.setdefault(p.tenant, []).append(i)
-    return by_tenant
+    return by_tenant, repeats
 
 
 # The end of a statement in a SQL file: a semicolon at the end of a line (a comment may follow it).

@@ -45,7 +45,7 @@ TYPE_DESCRIPTIONS = {
 
 
 class Remembered(BaseModel):
-    id: int | None = Field(description="The new memory's id; null when it was stored already")
+    id: int = Field(description="The memory's id: the new one, or the one already stored with this text")
     stored: bool = Field(description="False when the same memory was already stored (nothing changed)")
 
 
@@ -227,10 +227,14 @@ def _add_remember(tool: Register, memory: Callable[[], AsyncMemorySystem], tenan
         fields: dict[str, Any] = {"tenant": tenant_of(ctx), "memory_type": memory_type, "importance": importance}
         fields.update({k: v for k, v in (("context", context), ("metadata", metadata)) if v is not None})
         try:
-            memory_id = await memory().store(content, **fields)
+            result = await memory().store_many([{"content": content, **fields}], writers=1)
         except MemoriaError as exc:
             raise ToolError(str(exc)) from exc
-        return Remembered(id=memory_id, stored=memory_id is not None)
+        new, existing = result.ids[0], result.existing[0]
+        memory_id = new if new is not None else existing
+        if memory_id is None:  # a duplicate whose memory was deleted in between: nothing to point to
+            raise ToolError("the memory was stored already and has just been deleted; call remember again")
+        return Remembered(id=memory_id, stored=new is not None)
 
 
 def _add_recall(tool: Register, memory: Callable[[], AsyncMemorySystem], tenant_of: TenantOf) -> None:

@@ -45,4 +45,6 @@ async def store(
         )
     records = [{**m.record(), "tenant": tenant} for m in batch]
     result = await memory.store_many(records, writers=1)
-    return StoreResponse(inserted=result.inserted, duplicates=result.duplicates, ids=list(result.ids))
+    return StoreResponse(
+        inserted=result.inserted, duplicates=result.duplicates, ids=list(result.ids), existing_ids=list(result.existing)
+    )

@@ -42,6 +42,9 @@ class StoreResponse(BaseModel):
     inserted: int = Field(description="Memories written")
     duplicates: int = Field(description="Memories already stored (same content or external_id, tenant and type)")
     ids: list[int | None] = Field(description="Per memory, in input order: its new id, or null for a duplicate")
+    existing_ids: list[int | None] = Field(
+        description="Per memory, in input order: for a duplicate, the id of the memory it repeats; null for a new one"
+    )
 
 
 class SearchRequest(BaseModel):
