@@ -199,6 +199,7 @@ class Config:
             raise ConfigError(
                 "the DSN (dsn, --dsn or MEMORIA_DSN) is empty: give a DSN, or unset it to use the embedded server"
             )
+        _check_dsns(self)
         if self.replica_dsns and self.dsn is None:
             raise ConfigError("replica_dsns needs dsn (the primary): the embedded server has no standbys")
         if self.pool_min_size > self.pool_max_size:
@@ -226,6 +227,28 @@ class Config:
 
     def as_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+EXPECTED_DSN = (
+    "expected postgresql://user:password@host:port/dbname (percent-encode special characters in the password) "
+    "or key=value pairs"
+)
+
+
+def _check_dsns(cfg: Config) -> None:
+    """A DSN libpq cannot parse is "invalid DSN" here, before anything connects, and without libpq's
+    message, which can quote the password."""
+    named = [("dsn, --dsn or MEMORIA_DSN", cfg.dsn)] if cfg.dsn is not None else []
+    named += [("replica_dsns, MEMORIA_REPLICA_DSNS", dsn) for dsn in cfg.replica_dsns]
+    if not named:
+        return
+    import psycopg  # only with a DSN: the embedded default starts without it
+
+    for name, dsn in named:
+        try:
+            psycopg.conninfo.conninfo_to_dict(dsn)
+        except psycopg.Error:
+            raise ConfigError(f"invalid DSN ({name}): libpq cannot parse it; {EXPECTED_DSN}") from None
 
 
 def _check_types(cfg: Config) -> None:

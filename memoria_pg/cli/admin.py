@@ -10,7 +10,7 @@ from ..core import validation
 from ..db import connect, redact_dsn
 from ..db import embedded as server
 from ..errors import SyncRunning
-from .base import cli, config_of, data_dir_for, dsn_for, open_system, unchecked_config
+from .base import cli, config_of, data_dir_for, dsn_for, open_system
 from .revisions import Revisions, downgrade_warning
 
 
@@ -19,10 +19,10 @@ from .revisions import Revisions, downgrade_warning
 @click.pass_context
 def config_cmd(ctx: click.Context, as_json: bool) -> None:
     """Print the effective settings (defaults overridden by MEMORIA_* variables and options)."""
-    values = unchecked_config(ctx).as_dict()
+    values = config_of(ctx).as_dict()
     if isinstance(values.get("dsn"), str):
         values["dsn"] = redact_dsn(str(values["dsn"]))
-    values["replica_dsns"] = tuple(redact_dsn(d) for d in unchecked_config(ctx).replica_dsns)
+    values["replica_dsns"] = tuple(redact_dsn(d) for d in config_of(ctx).replica_dsns)
     if as_json:
         click.echo(json.dumps(values, indent=2, default=list))
         return

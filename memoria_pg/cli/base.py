@@ -83,7 +83,7 @@ def _set_root(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     """--dsn / --data-dir given after a command: they override the root's (set before the command)."""
     if value is not None and param.name is not None:
         root = ctx.find_root()
-        root.obj = unchecked_config(ctx).replace(**{param.name: value})
+        root.obj = config_of(ctx).replace(**{param.name: value})
 
 
 def _server_options(command: click.Command) -> None:
@@ -121,34 +121,8 @@ def cli(ctx: click.Context, dsn: str | None, data_dir: str | None) -> None:
 
 
 def config_of(ctx: click.Context) -> Config:
-    """The configuration, its DSN checked (check_dsn) before anything connects."""
-    cfg = unchecked_config(ctx)
-    check_dsn(cfg)
-    return cfg
-
-
-def unchecked_config(ctx: click.Context) -> Config:
-    """The configuration as given (`memoria-pg config` shows it, even with a DSN that cannot be used)."""
     cfg: Config = ctx.find_root().obj
     return cfg
-
-
-EXPECTED_DSN = (
-    "expected postgresql://user:password@host:port/dbname (percent-encode special characters in the password) "
-    "or key=value pairs"
-)
-
-
-def check_dsn(cfg: Config) -> None:
-    """A DSN libpq cannot parse is "invalid DSN", without libpq's message (it can quote the password)
-    and before anything tries to connect. (An empty one is Config's error: not the embedded server.)"""
-    for name, dsn in (("--dsn / MEMORIA_DSN", cfg.dsn), *(("MEMORIA_REPLICA_DSNS", d) for d in cfg.replica_dsns)):
-        if dsn is None:
-            continue
-        try:
-            psycopg.conninfo.conninfo_to_dict(dsn)
-        except psycopg.Error:
-            raise click.ClickException(f"invalid DSN ({name}): libpq cannot parse it; {EXPECTED_DSN}") from None
 
 
 def dsn_for(cfg: Config) -> str:
