@@ -31,6 +31,13 @@ APP_ROLE = "memoria_app"
 # so it runs alone in its tenant. See set_tenant.
 TENANT_LOCK_CLASS = 0x6D656D6F  # 'memo'; the two-key form keeps it apart from one-key advisory locks
 TENANT_LOCKS = {"shared": "pg_advisory_xact_lock_shared", "exclusive": "pg_advisory_xact_lock"}
+
+
+def tenant_lock_call(kind: str, tenant_sql: str) -> str:
+    """The SQL call that takes the tenant write lock of the tenant `tenant_sql` evaluates to."""
+    return f"{TENANT_LOCKS[kind]}({TENANT_LOCK_CLASS}, hashtext({tenant_sql}))"
+
+
 RENEW_AFTER_S = 0.01  # a budgeted transaction's statement timeout is renewed once it is older
 SECRET_KEYS = ("password", "sslpassword")  # conninfo keys whose values redact_dsn masks
 P = ParamSpec("P")
@@ -374,7 +381,7 @@ def set_tenant(
     calls = ", ".join(f"set_config('{name}', %s, true)" for name, _ in settings)  # names: the constants above
     values = [value for _, value in settings]
     if tenant_lock is not None:
-        calls += f", {TENANT_LOCKS[tenant_lock]}({TENANT_LOCK_CLASS}, hashtext(%s))"  # from the fixed set above
+        calls += f", {tenant_lock_call(tenant_lock, '%s')}"  # a name of the fixed set above
         values.append(tenant)
     conn.execute(f"SELECT {calls}", values)
 
@@ -383,7 +390,7 @@ def lock_tenants(conn: psycopg.Connection, tenants: Sequence[str]) -> None:
     """The tenant write lock, shared, on each of `tenants` (an ingestion batch's), to the end of the
     transaction (set_tenant says why). Shared locks do not wait for each other, so the order is free."""
     conn.execute(
-        f"SELECT count({TENANT_LOCKS['shared']}({TENANT_LOCK_CLASS}, hashtext(t))) FROM unnest(%s::text[]) AS t",
+        f"SELECT count({tenant_lock_call('shared', 't')}) FROM unnest(%s::text[]) AS t",
         (list(tenants),),
     )
 

@@ -3,11 +3,13 @@ operation one transaction that keeps every derived statistic exact (migration 00
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import psycopg
 
 from ..core import validation
 from ..core.embedding import Embedder
@@ -47,20 +49,20 @@ class Lifecycle:
                embedding: Sequence[float] | np.ndarray | None) -> Memory:  # fmt: skip
         validation.memory_id(memory_id)
         change = Change(changes.change_of(fields, self.ingestor.memory_types), embedding)
-        with self.db.transaction(validation.tenant(tenant), tenant_lock="exclusive") as conn, schema_current():
+        with self._writing(tenant) as conn:
             changes.update(conn, memory_id, change, self.ingestor, self.embedder)
             return reads.fetch(conn, memory_id)
 
     def set_validity(self, memory_id: int, tenant: str, valid_to: dt.datetime | None) -> Memory:
         validation.memory_id(memory_id)
-        with self.db.transaction(validation.tenant(tenant), tenant_lock="exclusive") as conn, schema_current():
+        with self._writing(tenant) as conn:
             changes.set_validity(conn, memory_id, valid_to)
             return reads.fetch(conn, memory_id)
 
     def delete(self, memory_ids: int | Iterable[int], tenant: str) -> int:
         ids = [memory_ids] if isinstance(memory_ids, int) else list(memory_ids)
         ids = sorted({validation.memory_id(i) for i in ids})
-        with self.db.transaction(validation.tenant(tenant), tenant_lock="exclusive") as conn, schema_current():
+        with self._writing(tenant) as conn:
             return removal.delete(conn, ids, graph=self.graph, single_valued=self.ingestor.single_valued)
 
     def forget(self, tenant: str, *, memory_type: str | None, before: Any, where: dict[str, Any] | None,
@@ -69,8 +71,7 @@ class Lifecycle:
             raise InputError("forget needs a filter (memory_type, before or where); "
                                         "to remove every memory of a tenant use erase_tenant")  # fmt: skip
         validation.memory_type(memory_type, self.ingestor.memory_types)
-        lock = None if dry_run else "exclusive"
-        with self.db.transaction(validation.tenant(tenant), tenant_lock=lock) as conn, schema_current():
+        with self._writing(tenant, lock=None if dry_run else "exclusive") as conn:
             ids = removal.matching(conn, memory_type=memory_type, before=before, where=where)
             deleted = (
                 0 if dry_run else removal.delete(conn, ids, graph=self.graph, single_valued=self.ingestor.single_valued)
@@ -78,8 +79,15 @@ class Lifecycle:
         return ForgetResult(matched=len(ids), deleted=deleted, ids=ids)
 
     def erase(self, tenant: str) -> dict[str, int]:
-        with self.db.transaction(validation.tenant(tenant), tenant_lock="exclusive") as conn, schema_current():
+        with self._writing(tenant) as conn:
             return removal.erase(conn, graph=self.graph)
+
+    @contextlib.contextmanager
+    def _writing(self, tenant: str, lock: str | None = "exclusive") -> Iterator[psycopg.Connection]:
+        """The transaction of a lifecycle write: the tenant's write lock held exclusively (set_tenant
+        says why), a missing table or column a SchemaError."""
+        with self.db.transaction(validation.tenant(tenant), tenant_lock=lock) as conn, schema_current():
+            yield conn
 
     def history(self, memory_id: int, tenant: str) -> list[HistoryEvent]:
         validation.memory_id(memory_id)
