@@ -175,6 +175,9 @@ class AsyncMemorySystem:
     async def add_memory_type(self, name: str) -> bool:
         return await self.run(lambda s: s.add_memory_type(name))
 
+    async def refresh_memory_types(self) -> tuple[str, ...]:
+        return await self.run(lambda s: s.refresh_memory_types())
+
     async def sync_vector_indexes(
         self, tenants: Sequence[str] | None = None, *, dry_run: bool = False
     ) -> list[vector_indexes.Action]:

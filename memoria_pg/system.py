@@ -11,7 +11,7 @@ import contextlib
 import datetime as dt
 import functools
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,7 +21,7 @@ import psycopg
 from .config import Config, default_data_dir
 from .core import validation
 from .core.embedding import CachedQueryEmbedder, Embedder, LazyEmbedder
-from .core.types import ForgetResult, HistoryEvent, Memory, MemoryRecord, StoreResult
+from .core.types import ForgetResult, HistoryEvent, KnownTypes, Memory, MemoryRecord, StoreResult
 from .db import Database, embedded, translating, vector_indexes
 from .db.replicas import ReadRouter, ReplicaSettings
 from .errors import ServerError, SyncRunning
@@ -72,7 +72,7 @@ class MemorySystem:
             ef_search=cfg.hnsw_ef_search,
         )
         self.reads = self._read_router()
-        self.memory_types = self._load_memory_types()
+        self.known_types = KnownTypes(self._load_memory_types)  # a type added elsewhere is looked up
         self.plugins = plugins if plugins is not None else _load_plugins(cfg)
         self.worker_registry = worker_registry or DEFAULT_WORKERS
         self.graph_backend = "age" if (cfg.use_age and self.db.capabilities.age) else "sql"
@@ -138,13 +138,13 @@ class MemorySystem:
 
             expander = LexiconExpander()
 
-        def processor(memory_types: Sequence[str], lookup: EntityLookup) -> QueryProcessor:
+        def processor(memory_types: Collection[str], lookup: EntityLookup) -> QueryProcessor:
             return QueryProcessor(memory_types, entity_lookup=lookup, max_chars=cfg.max_query_chars, expander=expander)
 
         return QueryPipeline(
             db=self.db,
             config=cfg,
-            memory_types=self.memory_types,
+            memory_types=self.known_types,
             processor_factory=processor,
             embedder=self.query_embedder,
             router=router,
@@ -158,7 +158,7 @@ class MemorySystem:
     def _ingestor(self) -> Ingestor:
         cfg = self.config
         rules = RecordRules(
-            memory_types=self.memory_types,
+            memory_types=self.known_types,
             default_type=cfg.default_memory_type,
             default_tenant=cfg.default_tenant,
             dim=cfg.embedding_dim,
@@ -215,10 +215,19 @@ class MemorySystem:
 
         created = migrate.add_memory_type(self.dsn, name)
         self.reads.wrote(None)
-        self.memory_types = self._load_memory_types()
-        self.ingestor.memory_types = self.memory_types
-        self.pipeline.memory_types = self.memory_types
+        self.known_types.refresh()
         return created
+
+    @property
+    def memory_types(self) -> tuple[str, ...]:
+        """The memory types this system knows (a type added by another process joins them when
+        first named, or after `refresh_memory_types`)."""
+        return self.known_types.names
+
+    @translating
+    def refresh_memory_types(self) -> tuple[str, ...]:
+        """Read the memory types from the database again."""
+        return self.known_types.refresh()
 
     @translating
     def sync_vector_indexes(
@@ -356,10 +365,11 @@ class MemorySystem:
     @translating
     def invalidate(self, memory_id: int, *, tenant: str | None = None, at: Any = None) -> Memory:
         """Retire a memory from `at` (default now), reversibly: queries leave it out from then on,
-        unless asked for as of an earlier time or with include_invalid=True."""
+        unless asked for as of an earlier time or with include_invalid=True. Without `at`, a memory
+        retired already keeps its end (a retried call changes nothing); with it, the end moves there."""
         valid_to = validation.moment(at, "at") if at is not None else dt.datetime.now(dt.UTC)
         with self._writing(tenant):
-            return self.lifecycle.set_validity(memory_id, self._tenant(tenant), valid_to)
+            return self.lifecycle.set_validity(memory_id, self._tenant(tenant), valid_to, keep_end=at is None)
 
     @translating
     def restore(self, memory_id: int, *, tenant: str | None = None) -> Memory:

@@ -222,6 +222,18 @@ def test_invalidate_hides_a_memory_from_then_on_reversibly(two: MemorySystem):
     assert [e.event for e in two.history(paris, tenant="a")] == ["stored", "invalidated", "restored"]
 
 
+def test_invalidating_again_keeps_the_end_unless_a_time_is_given(two: MemorySystem):
+    paris = two.ids["a"][0]
+    first = two.invalidate(paris, tenant="a")
+    assert two.invalidate(paris, tenant="a").valid_to == first.valid_to  # a retried call moves nothing
+    assert two.invalidate(paris, tenant="a", at=first.valid_to).valid_to == first.valid_to
+    moved = two.invalidate(paris, tenant="a", at="2023-06-01")  # an explicit time corrects the end
+    assert moved.valid_to == dt.datetime(2023, 6, 1, tzinfo=UTC)
+    events = [(e.event, e.detail) for e in two.history(paris, tenant="a")]
+    assert [e for e, _ in events] == ["stored", "invalidated", "invalidated"]
+    assert events[2][1] == {"valid_to": "2023-06-01T00:00:00+00:00", "previous_valid_to": first.valid_to.isoformat()}
+
+
 def test_erase_tenant_leaves_no_row_of_it_anywhere(two: MemorySystem, admin_dsn: str, dsn: str, server_has_age):
     two.query("Alice Paris", tenant="a", trace=True)
     two.update(two.ids["a"][0], tenant="a", content="Alice lives in Paris again.")

@@ -145,7 +145,7 @@ def history_cmd(ctx: click.Context, memory_id: int, tenant: str | None, as_json:
 @cli.command("invalidate")
 @click.argument("memory_id", type=int)
 @_tenant_option
-@click.option("--at", help="From when it no longer holds (ISO 8601; default now).")
+@click.option("--at", help="From when it no longer holds (ISO 8601; default now: an ended memory keeps its end).")
 @click.option("--restore", is_flag=True, help="Undo an invalidation instead.")
 @click.pass_context
 def invalidate_cmd(ctx: click.Context, memory_id: int, tenant: str | None, at: str | None, restore: bool) -> None:

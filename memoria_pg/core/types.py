@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,35 @@ class ProcessedQuery:
     attribute: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     validity: Validity = field(default_factory=Validity)  # the query time (as_of), whether invalid ones count
+
+
+class KnownTypes(Collection[str]):
+    """The memory types as this process knows them, shared by ingestion, queries and the lifecycle.
+
+    A name it does not know is looked up again (`load`: one SELECT of a few rows) before it counts
+    as unknown, so a type another process added (`memoria-pg types add` beside a running server) is
+    accepted without a restart; a miss costs what a request costs anyway. Code that only probes for
+    a name (routing's pools, the query's type cues) reads `names`, the snapshot, so that a built-in
+    type a deployment left out never causes a look-up.
+    """
+
+    def __init__(self, load: Callable[[], Sequence[str]]) -> None:
+        self._load = load
+        self.names: tuple[str, ...] = tuple(load())
+
+    def refresh(self) -> tuple[str, ...]:
+        """Read the types again; returns them."""
+        self.names = tuple(self._load())
+        return self.names
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names or (isinstance(name, str) and name in self.refresh())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,7 @@ def memory_type(value: str | None, known: Collection[str], where: str | None = N
     prefix = f"{where}: " if where else ""
     raise InputError(
         f"{prefix}unknown memory_type {shown(value)}; known types: {list(known)} (add one with `memoria-pg types add "
-        "NAME`; a process started before a type was added learns it when restarted)"
+        "NAME`)"
     )
 
 

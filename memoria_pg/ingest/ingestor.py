@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
-import dataclasses
 import datetime as dt
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -52,18 +51,15 @@ class Ingestor:
         self.pipeline = psycopg.Pipeline.is_supported()
 
     @property
-    def memory_types(self) -> tuple[str, ...]:
+    def memory_types(self) -> Collection[str]:
         return self.rules.memory_types
-
-    @memory_types.setter
-    def memory_types(self, types: Sequence[str]) -> None:
-        self.rules = dataclasses.replace(self.rules, memory_types=tuple(types))
 
     def prepare(self, raw: MemoryRecord | Mapping[str, Any], where: str, now: dt.datetime) -> Prepared:
         return prepare(raw, where, now, self.rules)
 
     def prepare_batch(self, batch: Batch, wheres: Sequence[str] | None = None) -> list[Prepared]:
-        """Validate and embed one batch (no database access); InputError names the bad record."""
+        """Validate and embed one batch; InputError names the bad record. No database access, but
+        for a memory type it does not know (KnownTypes looks it up)."""
         now = dt.datetime.now(dt.UTC)
         wheres = wheres or [f"record {i + 1}" for i in range(len(batch))]
         prepared = [self.prepare(raw, where, now) for raw, where in zip(batch, wheres)]

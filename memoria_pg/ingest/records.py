@@ -1,9 +1,10 @@
-"""Records -> prepared memories: validation, tokenization and extraction, no database access."""
+"""Records -> prepared memories: validation, tokenization and extraction (no database access but
+KnownTypes' look-up of a memory type it does not know)."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +61,7 @@ def coerce_record(raw: MemoryRecord | Mapping[str, Any], where: str) -> MemoryRe
 class RecordRules:
     """What a record is checked against: the known memory types, defaults and limits."""
 
-    memory_types: tuple[str, ...]
+    memory_types: Collection[str]  # KnownTypes in a MemorySystem: a name it lacks is looked up
     default_type: str
     default_tenant: str
     dim: int

@@ -53,10 +53,12 @@ class Lifecycle:
             changes.update(conn, memory_id, change, self.ingestor, self.embedder)
             return reads.fetch(conn, memory_id)
 
-    def set_validity(self, memory_id: int, tenant: str, valid_to: dt.datetime | None) -> Memory:
+    def set_validity(
+        self, memory_id: int, tenant: str, valid_to: dt.datetime | None, *, keep_end: bool = False
+    ) -> Memory:
         validation.memory_id(memory_id)
         with self._writing(tenant) as conn:
-            changes.set_validity(conn, memory_id, valid_to)
+            changes.set_validity(conn, memory_id, valid_to, keep_end=keep_end)
             return reads.fetch(conn, memory_id)
 
     def delete(self, memory_ids: int | Iterable[int], tenant: str) -> int:

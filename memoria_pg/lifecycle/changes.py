@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,9 +111,12 @@ def _rewrite(
     ingestor.rederive(conn, [prepared], [memory_id])
 
 
-def set_validity(conn: psycopg.Connection, memory_id: int, valid_to: dt.datetime | None) -> None:
+def set_validity(
+    conn: psycopg.Connection, memory_id: int, valid_to: dt.datetime | None, *, keep_end: bool = False
+) -> None:
     """Invalidate from `valid_to`, or restore (None). An end before the memory began to hold is an
-    InputError; restoring a memory that holds changes nothing and records nothing."""
+    InputError. Changing nothing records nothing: restoring a memory that holds, setting the end it
+    has, or (`keep_end`, an invalidation without an explicit time) invalidating one that has ended."""
     row = conn.execute(
         "SELECT valid_to, coalesce(valid_from, created_at) FROM memoria.memories "
         "WHERE tenant = current_setting('memoria.tenant') AND id = %s FOR UPDATE",
@@ -127,14 +130,17 @@ def set_validity(conn: psycopg.Connection, memory_id: int, valid_to: dt.datetime
             f"at {valid_to.isoformat()} is before memory {memory_id} began to hold ({start.isoformat()}): "
             "a memory cannot stop holding before it starts"
         )
-    if valid_to is None and current_end is None:
+    if valid_to == current_end or (keep_end and current_end is not None):
         return
     conn.execute(load_sql("lifecycle/set_validity"), {"id": memory_id, "valid_to": valid_to})
     event = "invalidated" if valid_to is not None else "restored"
-    reads.record(conn, memory_id, event, {"valid_to": valid_to.isoformat() if valid_to else None})
+    detail = {"valid_to": valid_to.isoformat() if valid_to else None}
+    if valid_to is not None and current_end is not None:  # the end moved
+        detail["previous_valid_to"] = current_end.isoformat()
+    reads.record(conn, memory_id, event, detail)
 
 
-def change_of(fields: Mapping[str, Any], known_types: Sequence[str]) -> dict[str, Any]:
+def change_of(fields: Mapping[str, Any], known_types: Collection[str]) -> dict[str, Any]:
     """The update's fields, checked (InputError for an unknown memory type or a bad value)."""
     out = dict(fields)
     if out.get("memory_type", MISSING) is not MISSING:

@@ -15,7 +15,7 @@ import contextvars
 import dataclasses
 import datetime as dt
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +56,7 @@ from .workers import Worker, WorkerContext, WorkerRegistry
 from .workers.vector import VectorWorker
 from .workers.vector import exact as exact_search
 
-ProcessorFactory = Callable[[Sequence[str], EntityLookup], QueryProcessor]
+ProcessorFactory = Callable[[Collection[str], EntityLookup], QueryProcessor]
 ACCESS_LOCK_TIMEOUT_MS = 100  # how long the access upsert waits for a row lock (best effort)
 # The server the running query reads from (QueryPipeline.read_db): set by `run` for its reads only.
 _READ_DB: contextvars.ContextVar[Database | None] = contextvars.ContextVar("memoria_read_db", default=None)
@@ -99,7 +99,7 @@ class QueryPipeline:
         *,
         db: Database,
         config: Config,
-        memory_types: Sequence[str],
+        memory_types: Collection[str],
         processor_factory: ProcessorFactory,
         embedder: QueryEmbedder,
         router: Router,
@@ -112,7 +112,7 @@ class QueryPipeline:
         self.db = db  # the primary: writes (access statistics, traces)
         self.reads = reads or ReadRouter(db, ())
         self.config = config
-        self.memory_types = tuple(memory_types)
+        self.memory_types = memory_types  # KnownTypes in a MemorySystem: a name it lacks is looked up
         self.processor_factory = processor_factory
         self.embedder = embedder
         self.router = router
@@ -383,7 +383,7 @@ class QueryPipeline:
         are not read, so the limits go to the shards that can return something."""
         cfg = self.config
         shards = populated(
-            select_shards(route, query.memory_type_hint, self.memory_types, sharding=cfg.enable_sharding), rows
+            select_shards(route, query.memory_type_hint, tuple(self.memory_types), sharding=cfg.enable_sharding), rows
         )
         return WorkerContext(
             query=query,

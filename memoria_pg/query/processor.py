@@ -9,7 +9,7 @@ stored spelling. Queries are validated here, once, at the boundary.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator
 
 import psycopg
 
@@ -131,7 +131,7 @@ class QueryProcessor:
 
     def __init__(
         self,
-        memory_types: Sequence[str],
+        memory_types: Collection[str],
         entity_lookup: EntityLookup | None = None,
         *,
         max_chars: int = 4000,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import psycopg
 
@@ -13,7 +13,7 @@ from ..db import load_sql
 ALL = Shard(None)  # the single default shard: the whole table
 
 
-def select_shards(route: Route, hint: str | None, known_types: Sequence[str], *, sharding: bool) -> tuple[Shard, ...]:
+def select_shards(route: Route, hint: str | None, known_types: Collection[str], *, sharding: bool) -> tuple[Shard, ...]:
     """The route's pool and fallback pools when the query is typed, else the whole table."""
     if not sharding:
         return (ALL,)

@@ -92,7 +92,9 @@ class HistoryEntry(BaseModel):
 class Invalidation(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    at: dt.datetime | None = Field(None, description="From when it no longer holds; default now")
+    at: dt.datetime | None = Field(
+        None, description="From when it no longer holds; default now (a memory that has ended keeps its end)"
+    )
 
 
 @router.get("/{memory_id:int}", summary="One memory", responses=ERRORS)

@@ -128,11 +128,13 @@ def recalled(c: CandidateRecord) -> Recalled:
     )
 
 
-def memory_types_of(memory: AsyncMemorySystem) -> MemoryTypes:
+async def memory_types_of(memory: AsyncMemorySystem) -> MemoryTypes:
+    """The types as the database has them now (one added since the server started included)."""
+    names = await _call(memory.refresh_memory_types())
     return MemoryTypes(
         types=[
             MemoryType(name=n, description=TYPE_DESCRIPTIONS.get(n, "A type this deployment added (`types add`)."))
-            for n in memory.memory_types
+            for n in names
         ]
     )
 
@@ -173,7 +175,7 @@ def build_mcp(memory: Callable[[], AsyncMemorySystem], tenant_of: TenantOf) -> M
 
     @tool("memory_types", "The memory types and what belongs in each.", READ_ONLY)
     async def memory_types() -> MemoryTypes:
-        return memory_types_of(memory())
+        return await memory_types_of(memory())
 
     server: MCPServer = MCPServer(
         "memoria-pg", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING", tools=tools
@@ -183,7 +185,7 @@ def build_mcp(memory: Callable[[], AsyncMemorySystem], tenant_of: TenantOf) -> M
         "memoria://memory-types", name="memory-types", description="The memory types", mime_type="text/markdown"
     )
     async def memory_types_resource() -> str:
-        return "\n".join(f"- **{t.name}**: {t.description}" for t in memory_types_of(memory()).types)
+        return "\n".join(f"- **{t.name}**: {t.description}" for t in (await memory_types_of(memory())).types)
 
     return server
 
