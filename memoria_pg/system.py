@@ -23,6 +23,7 @@ from .core import validation
 from .core.embedding import CachedQueryEmbedder, Embedder, LazyEmbedder
 from .core.types import ForgetResult, HistoryEvent, KnownTypes, Memory, MemoryRecord, StoreResult
 from .db import Database, embedded, translating, vector_indexes
+from .db.database import server_errors
 from .db.replicas import ReadRouter, ReplicaSettings
 from .errors import ServerError, SyncRunning
 from .ingest import Ingestor, RecordRules, batched
@@ -318,6 +319,27 @@ class MemorySystem:
         """A page of the tenant's memories in id order: those after the id `after` (a cursor)."""
         return self.lifecycle.page(self._tenant(tenant), memory_type=memory_type, where=where, after=after,
                                    limit=limit)  # fmt: skip
+
+    @translating
+    def export(
+        self, *, tenant: str | None = None, memory_type: str | None = None, where: dict[str, Any] | None = None,
+        embeddings: bool = False,
+    ) -> Iterator[dict[str, Any]]:  # fmt: skip
+        """The tenant's memories in id order as ingest records, which store_many and `memoria-pg
+        ingest` read back (into this tenant or another, here or in another database): content, type,
+        metadata, importance, created_at, valid_from and valid_to, context, external_id, pinned, and
+        with `embeddings` the stored vector (an import then runs no model). What ingestion derives
+        (entities, attributes, BM25 terms) is derived again on import; ids, history and access
+        statistics are not exported. One snapshot, read as the iterator is (it holds a pooled
+        connection until it is exhausted or closed); the arguments are checked at the call."""
+        records = self.lifecycle.export(self._tenant(tenant), memory_type=memory_type, where=where,
+                                        embeddings=embeddings)  # fmt: skip
+
+        def translated() -> Iterator[dict[str, Any]]:
+            with server_errors():
+                yield from records
+
+        return translated()
 
     @translating
     def update(

@@ -1,10 +1,15 @@
-"""The lifecycle commands: get, update, delete, forget, erase-tenant, history (and invalidate, restore)."""
+"""The lifecycle commands: get, update, delete, forget, erase-tenant, history, invalidate (and restore),
+export."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, TextIO
 
 import click
 
@@ -155,3 +160,46 @@ def invalidate_cmd(ctx: click.Context, memory_id: int, tenant: str | None, at: s
             system.restore(memory_id, tenant=tenant) if restore else system.invalidate(memory_id, tenant=tenant, at=at)
         )
     _show(memory, False)
+
+
+@cli.command("export")
+@_tenant_option
+@click.option("--memory-type", help="Only memories of this type.")
+@click.option("--where", help="Only memories whose metadata contains this JSON object.")
+@click.option("--embeddings", is_flag=True, help="With each stored vector (an import then runs no model).")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE (default: standard output)."
+)
+@click.pass_context
+def export_cmd(ctx: click.Context, tenant: str | None, memory_type: str | None, where: str | None, embeddings: bool,
+               output: Path | None) -> None:  # fmt: skip
+    """Write a tenant's memories as JSONL in the ingest format (`memoria-pg ingest FILE --tenant T` reads
+    them back, here or in another database): one snapshot, in id order. Entities, attributes and BM25
+    terms are derived again on import; ids and history are not exported. With --output, the file
+    appears only when the export is complete."""
+    with open_system(config_of(ctx)) as system:
+        records = system.export(tenant=tenant, memory_type=memory_type, where=_metadata(where), embeddings=embeddings)
+        if output is None:
+            try:
+                count = _write_jsonl(records, sys.stdout)
+                sys.stdout.flush()
+            except BrokenPipeError:  # the reader stopped early (`| head`): nothing more to say
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                raise click.exceptions.Exit(1) from None
+        else:
+            partial = output.with_name(output.name + ".partial")
+            try:
+                with partial.open("w", encoding="utf-8") as out:
+                    count = _write_jsonl(records, out)
+                partial.replace(output)
+            finally:
+                partial.unlink(missing_ok=True)
+    click.echo(f"exported {count} memories{f' to {output}' if output else ''}", err=True)
+
+
+def _write_jsonl(records: Iterable[dict[str, Any]], out: TextIO) -> int:
+    count = 0
+    for record in records:
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        count += 1
+    return count

@@ -143,6 +143,8 @@ class MemoryRecord:
     context: str | None = None
     # When what it says starts to hold (its facts supersede older ones from then); None: created_at.
     valid_from: dt.datetime | None = None
+    # When it stopped holding (stored invalidated, as `invalidate(at=...)` would leave it); None: it holds.
+    valid_to: dt.datetime | None = None
 
 
 @dataclass

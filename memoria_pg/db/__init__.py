@@ -16,6 +16,7 @@ from .database import (
     server_errors,
     set_tenant,
     translating,
+    vector_of,
 )
 from .pipeline import pipelined
 from .resources import load_sql, migrations_dir, sql_dir
@@ -39,4 +40,5 @@ __all__ = [
     "set_tenant",
     "sql_dir",
     "translating",
+    "vector_of",
 ]

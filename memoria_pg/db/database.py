@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
+import numpy as np
 import orjson
 import psycopg
 import psycopg_pool
@@ -542,3 +543,12 @@ def json_loads(data: bytes | bytearray | memoryview | str) -> Any:
         except orjson.JSONDecodeError:
             pass
     return json.loads(bytes(raw))
+
+
+def vector_of(value: Any) -> np.ndarray | None:
+    """A stored embedding as float32: pgvector reads a binary result as its Vector, a text one as an array."""
+    if value is None:
+        return None
+    if hasattr(value, "to_numpy"):
+        value = value.to_numpy()
+    return np.asarray(value, dtype=np.float32)

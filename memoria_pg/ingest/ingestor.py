@@ -283,7 +283,7 @@ _STAGE_MEMORIES = (
     ("row_no", "int4"), ("tenant", "text"), ("memory_type", "text"), ("external_id", "text"),
     ("dedup_key", "text"), ("content", "text"), ("context", "text"), ("metadata", "jsonb"),
     ("importance", "float4"), ("pinned", "bool"), ("created_at", "timestamptz"), ("valid_from", "timestamptz"),
-    ("embedding", "vector"),
+    ("valid_to", "timestamptz"), ("embedding", "vector"),
     ("doc_len", "int4"), ("terms", "text[]"), ("tfs", "int4[]"), ("entity_names", "text[]"),
     ("entity_norms", "text[]"), ("late", "bool"),
 )  # fmt: skip
@@ -294,7 +294,7 @@ def _stage_row(i: int, p: Prepared, late: bool) -> tuple[Any, ...]:
     r = p.record
     return (
         i, p.tenant, p.memory_type, r.external_id, p.dedup_key, r.content, r.context, Jsonb(r.metadata),
-        r.importance, bool(r.pinned), r.created_at, r.valid_from, r.embedding, p.doc_len, list(p.terms),
+        r.importance, bool(r.pinned), r.created_at, r.valid_from, r.valid_to, r.embedding, p.doc_len, list(p.terms),
         list(p.terms.values()),
         p.entities, [normalize_entity(name) for name in p.entities], late,
     )  # fmt: skip

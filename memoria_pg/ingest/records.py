@@ -107,6 +107,14 @@ def _validated(record: MemoryRecord, where: str, now: dt.datetime, rules: Record
     record.created_at = validation.created_at(record.created_at, where, now)
     if record.valid_from is not None:
         record.valid_from = validation.moment(record.valid_from, "valid_from", where)
+    if record.valid_to is not None:
+        record.valid_to = validation.moment(record.valid_to, "valid_to", where)
+        start = record.valid_from or record.created_at
+        if record.valid_to < start:
+            raise InputError(
+                f"{where}: valid_to {record.valid_to.isoformat()} is before the memory begins to hold "
+                f"({start.isoformat()}, its valid_from or created_at): a memory cannot stop holding before it starts"
+            )
     if record.external_id is not None:
         record.external_id = validation.external_id(record.external_id, where)
     if record.embedding is not None:

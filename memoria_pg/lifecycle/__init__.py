@@ -45,6 +45,22 @@ class Lifecycle:
         with self.db.transaction(validation.tenant(tenant), implicit=True) as conn, schema_current():
             return reads.page(conn, memory_type=memory_type, where=where, after=after, limit=limit)
 
+    def export(
+        self, tenant: str, *, memory_type: str | None, where: dict[str, Any] | None, embeddings: bool
+    ) -> Iterator[dict[str, Any]]:
+        """The arguments are checked now, the memories read as the iterator is."""
+        validation.tenant(tenant)
+        validation.memory_type(memory_type, self.ingestor.memory_types)
+        checked = None if where is None else validation.metadata_filter(where)
+        if not isinstance(embeddings, bool):
+            raise InputError(f"embeddings must be true or false, got {validation.shown(embeddings)}")
+
+        def records() -> Iterator[dict[str, Any]]:
+            with self.db.transaction(tenant) as conn, schema_current():
+                yield from reads.export(conn, memory_type=memory_type, where=checked, embeddings=embeddings)
+
+        return records()
+
     def update(self, memory_id: int, tenant: str, fields: Mapping[str, Any],
                embedding: Sequence[float] | np.ndarray | None) -> Memory:  # fmt: skip
         validation.memory_id(memory_id)

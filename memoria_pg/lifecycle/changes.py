@@ -14,7 +14,7 @@ from psycopg.types.json import Jsonb
 from ..core import validation
 from ..core.embedding import Embedder, embed_memories
 from ..core.types import Memory, MemoryRecord
-from ..db import load_sql, scalar
+from ..db import load_sql, scalar, vector_of
 from ..errors import InputError, NotFound
 from ..ingest import Ingestor, Prepared
 from . import reads, removal
@@ -79,9 +79,8 @@ def _prepared(conn: psycopg.Connection, memory: Memory, change: Change, ingestor
     return prepared
 
 
-def _stored_vector(conn: psycopg.Connection, memory_id: int) -> np.ndarray:
-    value = scalar(conn, "SELECT embedding FROM memoria.memories WHERE id = %s", (memory_id,))
-    return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
+def _stored_vector(conn: psycopg.Connection, memory_id: int) -> np.ndarray | None:
+    return vector_of(scalar(conn, "SELECT embedding FROM memoria.memories WHERE id = %s", (memory_id,)))
 
 
 def _rewrite(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -11,7 +12,7 @@ from psycopg.types.json import Jsonb
 
 from ..core import validation
 from ..core.types import HistoryEvent, Memory
-from ..db import load_sql
+from ..db import load_sql, vector_of
 from ..errors import InputError, NotFound
 
 MAX_PAGE = 1000
@@ -61,6 +62,43 @@ def page(
     now = dt.datetime.now(dt.UTC)
     with conn.cursor(row_factory=dict_row) as cur:
         return [as_memory(r, now) for r in cur.execute(load_sql("lifecycle/list"), params).fetchall()]
+
+
+EXPORT_FETCH = 500  # rows a cursor fetch brings
+
+
+def export(
+    conn: psycopg.Connection, *, memory_type: str | None, where: dict[str, Any] | None, embeddings: bool
+) -> Iterator[dict[str, Any]]:
+    """The transaction's tenant's memories in id order as ingest records (JSON-ready: times in ISO
+    8601), read through a server-side cursor: one snapshot, EXPORT_FETCH rows in memory at a time.
+    `where` is checked already."""
+    params = {"memory_type": memory_type, "where": None if where is None else Jsonb(where), "embeddings": embeddings}
+    with conn.cursor("memoria_export", row_factory=dict_row) as cur:
+        cur.itersize = EXPORT_FETCH
+        cur.execute(load_sql("lifecycle/export"), params)
+        for row in cur:
+            yield export_record(row)
+
+
+def export_record(row: dict[str, Any]) -> dict[str, Any]:
+    """One exported row as an ingest record: what ingestion re-derives (entities, attributes, terms)
+    is left out, and so are fields at their default."""
+    out: dict[str, Any] = {
+        "content": row["content"], "memory_type": row["memory_type"], "metadata": row["metadata"],
+        "importance": round(float(row["importance"]), 6), "created_at": row["created_at"].isoformat(),
+    }  # fmt: skip
+    for name in ("context", "external_id"):
+        if row[name] is not None:
+            out[name] = row[name]
+    for name in ("valid_from", "valid_to"):
+        if row[name] is not None:
+            out[name] = row[name].isoformat()
+    if row["pinned"]:
+        out["pinned"] = True
+    if row["embedding"] is not None:
+        out["embedding"] = vector_of(row["embedding"]).tolist()  # type: ignore[union-attr]
+    return out
 
 
 def history(conn: psycopg.Connection, memory_id: int) -> list[HistoryEvent]:

@@ -8,12 +8,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 
 from ..core.types import VALID_NOW, CandidateRecord, SourceHit, Validity
-from ..db import load_sql, schema_current
+from ..db import load_sql, schema_current, vector_of
 from ..db.database import nearest_readable, register_clamped_times
 from ..db.native import NativeStatement, native
 from .shards import ALL
@@ -447,20 +446,12 @@ def _candidate(
         last_accessed_at=None if accessed is None else nearest_readable(accessed),
         access_count=int(row["access_count"]),
         external_id=row["external_id"],
-        embedding=_vector(embedding),
+        embedding=vector_of(embedding),
         sources=[h.source for h, _ in found],
         scores=scores,
         base_score=base,
         retrieval_score=float(row["retrieval_score"]),
     )
-
-
-def _vector(value: Any) -> np.ndarray | None:
-    if value is None:
-        return None
-    if hasattr(value, "to_numpy"):  # pgvector's binary Vector
-        value = value.to_numpy()
-    return np.asarray(value, dtype=np.float32)
 
 
 def filter_by_type(candidates: list[CandidateRecord], hint: str | None) -> tuple[list[CandidateRecord], bool]:

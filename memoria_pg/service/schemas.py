@@ -33,6 +33,8 @@ class MemoryIn(BaseModel):
     embedding: list[float] | None = Field(None, description="The vector (embedding_dim floats) instead of the model's")
     pinned: StrictBool = Field(False, description="Always in its type's relevance pool")
     context: str | None = Field(None, description="Text that situates the memory (e.g. the turn it answers)")
+    valid_from: dt.datetime | None = Field(None, description="From when it holds; default created_at")
+    valid_to: dt.datetime | None = Field(None, description="Until when it held (stored invalidated); default: it holds")
 
     def record(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)

@@ -4,9 +4,9 @@
 WITH inserted AS (
     INSERT INTO memoria.memories AS m
         (tenant, memory_type, external_id, dedup_key, content, context, metadata, importance, pinned,
-         created_at, valid_from, embedding, doc_len)
+         created_at, valid_from, valid_to, embedding, doc_len)
     SELECT tenant, memory_type, external_id, dedup_key, content, context, metadata, importance, pinned,
-           created_at, valid_from, embedding, doc_len
+           created_at, valid_from, valid_to, embedding, doc_len
     FROM stage_memories
     WHERE tenant = current_setting('memoria.tenant') AND late = %(late)s
     ORDER BY memory_type, dedup_key

@@ -16,6 +16,7 @@ CREATE TEMP TABLE IF NOT EXISTS stage_memories (
     pinned boolean NOT NULL,
     created_at timestamptz NOT NULL,
     valid_from timestamptz,       -- NULL: created_at
+    valid_to timestamptz,         -- NULL: it holds
     embedding vector(384) NOT NULL,
     doc_len integer NOT NULL,
     terms text[] NOT NULL,        -- distinct BM25 terms
