@@ -4,8 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import queue
+import subprocess
 import sys
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -219,3 +224,49 @@ def test_mcp_tools_refuse_what_they_do_not_declare(http_server):
         "update": (False, True),
         "forget": (False, True),
     }
+
+
+def test_mcp_over_stdio_answers_a_line_it_cannot_read(mcp_db):
+    """JSON-RPC 2.0: a line that is not JSON gets a parse error, one that is not a message an invalid
+    request error (id null), and the session goes on (the SDK's transport alone answered neither)."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("MEMORIA_DSN", "MEMORIA_DATA_DIR")}
+    env = {**environ, "MEMORIA_DSN": mcp_db, "MEMORIA_EMBEDDING_MODEL": "hash", "MEMORIA_POOL_MIN_SIZE": "1"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
+    lines = [
+        json.dumps(init),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        "this is not json",
+        json.dumps({"jsonrpc": "2.0", "id": 8}),
+        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}),
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "memoria_pg.cli", "mcp", "--tenant", "stdio-bad"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:  # stdin stays open until the answers are in: at end of input the SDK drops requests in flight
+        process.stdin.write("\n".join(lines) + "\n")
+        process.stdin.flush()
+        answers = [json.loads(line) for line in read_lines(process.stdout, 4, deadline=time.monotonic() + 120)]
+    finally:
+        process.stdin.close()
+        process.wait(timeout=60)
+    assert [(a.get("id"), a.get("error", {}).get("code")) for a in answers] == [
+        (1, None), (None, -32700), (None, -32600), (2, None)
+    ]  # fmt: skip
+    assert answers[1]["error"]["message"].startswith("Parse error")
+    assert process.returncode == 0, process.stderr.read()
+
+
+def read_lines(stream: Any, count: int, deadline: float) -> list[str]:
+    """`count` lines of a subprocess's output, failing at the deadline instead of hanging (a thread
+    reads: select on a buffered text stream would miss lines already in its buffer)."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in iter(stream.readline, "")], daemon=True).start()
+    got: list[str] = []
+    while len(got) < count:
+        try:
+            got.append(lines.get(timeout=max(0.0, deadline - time.monotonic())))
+        except queue.Empty:
+            raise AssertionError(f"no answer in time, or the server ended early; got {got}") from None
+    return got

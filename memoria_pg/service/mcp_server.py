@@ -13,11 +13,14 @@ import datetime as dt
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
-from mcp.types import ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp.types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import AsyncMemorySystem, CandidateRecord, Config, Embedder, MemoriaError, __version__
 from .auth import scope_tenant
@@ -320,6 +323,42 @@ async def run_stdio(
     with quiet_stdout():
         memory = await AsyncMemorySystem.open(config, embedder=embedder)
     try:
-        await build_mcp(lambda: memory, stdio_tenant(tenant)).run_stdio_async()
+        await serve_stdio(build_mcp(lambda: memory, stdio_tenant(tenant)))
     finally:
         await memory.close()
+
+
+async def serve_stdio(server: MCPServer) -> None:
+    """MCPServer.run_stdio_async, except that a line which is not a JSON-RPC message is answered with
+    the error JSON-RPC 2.0 prescribes (-32700 parse error, -32600 invalid request; id null, the line's
+    id being unknown). The SDK's stdio transport hands the server the exception and the server drops
+    it, so a client would wait for an answer that never comes (over HTTP the SDK answers 400)."""
+    lowlevel = server._lowlevel_server  # what run_stdio_async runs too; the SDK has no public hook here
+    async with stdio_server() as (read, write):
+        forward, messages = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+        async def answer_bad_lines() -> None:
+            async with forward:
+                async for item in read:
+                    if isinstance(item, Exception):
+                        await write.send(SessionMessage(_unreadable(item)))
+                    else:
+                        await forward.send(item)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(answer_bad_lines)
+            await lowlevel.run(messages, write, lowlevel.create_initialization_options())
+            tasks.cancel_scope.cancel()
+
+
+def _unreadable(exc: Exception) -> JSONRPCError:
+    """The JSON-RPC error for a line the transport could not read as a message."""
+    errors = exc.errors() if isinstance(exc, ValidationError) else []
+    if any(e["type"] == "json_invalid" for e in errors):
+        error = ErrorData(code=PARSE_ERROR, message="Parse error: the line is not valid JSON")
+    else:
+        error = ErrorData(
+            code=INVALID_REQUEST,
+            message="Invalid Request: not a JSON-RPC 2.0 request, notification or response (jsonrpc, method, id)",
+        )
+    return JSONRPCError(jsonrpc="2.0", id=None, error=error)
