@@ -121,3 +121,13 @@ def test_the_cli_exports_a_tenant_that_ingest_reads_back(system: MemorySystem, d
     bad = run_cli(dsn, "export", "--tenant", "a", "--memory-type", "nope", "-o", str(tmp_path / "b.jsonl"))
     assert bad.returncode == 1 and "unknown memory_type 'nope'" in bad.stderr and "Traceback" not in bad.stderr
     assert not list(tmp_path.glob("b.jsonl*"))  # no file, not even a partial one
+
+
+def test_a_future_valid_to_is_an_expiry(system: MemorySystem):
+    pass_id = system.store("The door code is 4711 this week.", tenant="e", valid_to="2031-01-01")
+    assert system.get(pass_id, tenant="e").status == "active"
+
+    def found(**kw: object) -> bool:
+        return pass_id in [c.memory_id for c in system.query("door code", tenant="e", ranking=False, **kw).candidates]
+
+    assert found() and found(as_of="2030-12-31") and not found(as_of="2031-01-01")
