@@ -388,7 +388,8 @@ class MemorySystem:
     def invalidate(self, memory_id: int, *, tenant: str | None = None, at: Any = None) -> Memory:
         """Retire a memory from `at` (default now), reversibly: queries leave it out from then on,
         unless asked for as of an earlier time or with include_invalid=True. Without `at`, a memory
-        retired already keeps its end (a retried call changes nothing); with it, the end moves there."""
+        that has ended already keeps its end (a retried call changes nothing; one that would end
+        later ends now); with it, the end moves there."""
         valid_to = validation.moment(at, "at") if at is not None else dt.datetime.now(dt.UTC)
         with self._writing(tenant):
             return self.lifecycle.set_validity(memory_id, self._tenant(tenant), valid_to, keep_end=at is None)

@@ -131,3 +131,5 @@ def test_a_future_valid_to_is_an_expiry(system: MemorySystem):
         return pass_id in [c.memory_id for c in system.query("door code", tenant="e", ranking=False, **kw).candidates]
 
     assert found() and found(as_of="2030-12-31") and not found(as_of="2031-01-01")
+    now = system.invalidate(pass_id, tenant="e")  # retired now, not at its expiry
+    assert now.status == "invalidated" and now.valid_to < dt.datetime(2030, 1, 1, tzinfo=UTC) and not found()

@@ -115,7 +115,8 @@ def set_validity(
 ) -> None:
     """Invalidate from `valid_to`, or restore (None). An end before the memory began to hold is an
     InputError. Changing nothing records nothing: restoring a memory that holds, setting the end it
-    has, or (`keep_end`, an invalidation without an explicit time) invalidating one that has ended."""
+    has, or (`keep_end`: an invalidation from now, without an explicit time) invalidating one that has
+    ended by then; one that ends later (an expiry) ends now."""
     row = conn.execute(
         "SELECT valid_to, coalesce(valid_from, created_at) FROM memoria.memories "
         "WHERE tenant = current_setting('memoria.tenant') AND id = %s FOR UPDATE",
@@ -129,7 +130,8 @@ def set_validity(
             f"at {valid_to.isoformat()} is before memory {memory_id} began to hold ({start.isoformat()}): "
             "a memory cannot stop holding before it starts"
         )
-    if valid_to == current_end or (keep_end and current_end is not None):
+    if valid_to == current_end or (keep_end and current_end is not None and valid_to is not None
+                                    and current_end <= valid_to):  # fmt: skip
         return
     conn.execute(load_sql("lifecycle/set_validity"), {"id": memory_id, "valid_to": valid_to})
     event = "invalidated" if valid_to is not None else "restored"
