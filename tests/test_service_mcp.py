@@ -231,10 +231,8 @@ def test_mcp_over_stdio_answers_a_line_it_cannot_read(mcp_db):
     request error (id null), and the session goes on (the SDK's transport alone answered neither)."""
     environ = {k: v for k, v in os.environ.items() if k not in ("MEMORIA_DSN", "MEMORIA_DATA_DIR")}
     env = {**environ, "MEMORIA_DSN": mcp_db, "MEMORIA_EMBEDDING_MODEL": "hash", "MEMORIA_POOL_MIN_SIZE": "1"}
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
     lines = [
-        json.dumps(init),
+        json.dumps(INITIALIZE),
         json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         "this is not json",
         json.dumps({"jsonrpc": "2.0", "id": 8}),
@@ -270,3 +268,19 @@ def read_lines(stream: Any, count: int, deadline: float) -> list[str]:
         except queue.Empty:
             raise AssertionError(f"no answer in time, or the server ended early; got {got}") from None
     return got
+
+
+def test_mcp_remember_takes_an_end_after_which_the_memory_no_longer_holds(http_server):
+    async def session(client: Client) -> dict[str, Any]:
+        over = await client.call_tool("remember", {"content": "Frank is in Lima for a week.", "valid_to": "2020-01-09"})
+        ongoing = await client.call_tool(
+            "remember", {"content": "Frank is in Quito for a year.", "valid_to": "2999-01-01T00:00:00Z"}
+        )
+        bad = await client.call_tool("remember", {"content": "Frank is in Oslo.", "valid_to": "next week"})
+        found = await client.call_tool("recall", {"query": "where is Frank", "top_k": 5})
+        return {"over": over, "ongoing": ongoing, "bad": bad, "found": found.structured_content["memories"]}
+
+    out = over_http(http_server.url, session, http_server.tokens["bob"])
+    assert out["over"].is_error and "before the memory begins to hold" in out["over"].content[0].text  # stored now
+    assert not out["ongoing"].is_error and out["bad"].is_error
+    assert [m["content"] for m in out["found"]] == ["Frank is in Quito for a year."]

@@ -228,9 +228,14 @@ def _add_remember(tool: Register, memory: Callable[[], AsyncMemorySystem], tenan
         metadata: Annotated[
             dict[str, Any] | None, Field(description="Optional JSON object, e.g. {'speaker': 'Maya'}")
         ] = None,
+        valid_to: Annotated[
+            dt.datetime | None,
+            Field(description="Optional ISO 8601 time from which it no longer holds (e.g. the end of a trip)"),
+        ] = None,
     ) -> Remembered:
         fields: dict[str, Any] = {"tenant": tenant_of(ctx), "memory_type": memory_type, "importance": importance}
-        fields.update({k: v for k, v in (("context", context), ("metadata", metadata)) if v is not None})
+        given = (("context", context), ("metadata", metadata), ("valid_to", valid_to))
+        fields.update({k: v for k, v in given if v is not None})
         try:
             result = await memory().store_many([{"content": content, **fields}], writers=1)
         except MemoriaError as exc:
