@@ -51,9 +51,10 @@ def ingest(
     """Store the memories of a JSONL, CSV or TSV FILE.
 
     Fields: content (required), memory_type, tenant, metadata (object), importance (0..1),
-    created_at (ISO 8601), entities (list), attributes ([[subject, attribute, value], ...]),
-    external_id, embedding (list of 384 floats), pinned. Each batch is all-or-nothing; records
-    already stored (same content or external_id) are skipped, so a failed ingest can be re-run.
+    created_at, valid_from, valid_to (ISO 8601), entities (list), attributes ([[subject, attribute,
+    value], ...]), external_id, embedding (list of 384 floats), pinned, context; `memoria-pg export`
+    writes them. Each batch is all-or-nothing; records already stored (same content or external_id)
+    are skipped, so a failed ingest can be re-run.
     """
     from tqdm import tqdm
 
