@@ -45,6 +45,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "bm25_postings_per_term": (1, INT4_MAX),
     "hnsw_ef_search": (1, 1_000),
     "vector_exact_max_rows": (0, 2**63 - 1),
+    "vector_parallel_parts": (1, 64),
+    "vector_parallel_min_rows": (0, 2**63 - 1),
     "cross_encoder_top_n": (0, INT4_MAX),
     "max_content_chars": (1, 150_000),
     "max_query_chars": (1, 150_000),
@@ -127,6 +129,13 @@ class Config:
     # where every (tenant, type) is indexed by `memoria-pg db vector-indexes`). Needs a DSN that owns
     # the tables; off, a library deployment runs that command itself.
     vector_index_auto: bool = True
+    # An untyped query's vector search of a tenant whose memory types cost at least
+    # vector_parallel_min_rows to search (the memories of each type searched exactly, plus
+    # vector_exact_max_rows for each type searched with HNSW) runs as up to vector_parallel_parts
+    # statements at once, each on its own pooled connection, the memory types dealt among them
+    # (VectorWorker.parts). 1 = one statement. Measured in the README (configuration).
+    vector_parallel_parts: int = 2
+    vector_parallel_min_rows: int = 20_000
 
     enable_v4: bool = True
     enable_sharding: bool = True

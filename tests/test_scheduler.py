@@ -14,7 +14,7 @@ from memoria_pg.core.types import SourceHit
 from memoria_pg.db import Database
 from memoria_pg.query.diagnostics import Diagnostics
 from memoria_pg.query.pipeline import QueryRequest
-from memoria_pg.query.scheduler import CompletionPolicy, Scheduler, Task
+from memoria_pg.query.scheduler import CompletionPolicy, Parts, Scheduler, Task
 from memoria_pg.query.workers import DEFAULT_WORKERS
 from memoria_pg.query.workers.bm25 import BM25Worker
 from memoria_pg.query.workers.phrase import PhraseWorker
@@ -279,3 +279,51 @@ def test_a_plan_mode_a_previous_borrower_left_does_not_reach_the_next_worker(sys
     finally:
         scheduler.close()
         db.close()
+
+
+# -- a worker split into parts (scheduler.Parts: the vector search of a large tenant) ------------------
+
+
+def merged(parts):
+    return sorted((h for hits in parts for h in hits), key=lambda h: h.memory_id)
+
+
+def test_parts_run_at_once_and_are_one_source(scheduler):
+    barrier = threading.Barrier(2, timeout=5)  # opens only when both parts run at the same time
+
+    def part(memory_id):
+        def run(conn):
+            conn.execute("SELECT 1")
+            barrier.wait()
+            return [SourceHit(memory_id=memory_id, source="vector", rank=1, score=0.1 * memory_id)]
+
+        return run
+
+    split = Parts((part(2), part(1)), merged)
+    result = scheduler.run({"vector": split, "bm25": one_hit("bm25")}, tenant="t", deadline_ms=8000)
+    assert result.states == {"vector": "completed", "bm25": "completed"}
+    assert result.finish_reason == "all_completed" and result.policy_satisfied
+    assert [h.memory_id for h in result.hits["vector"]] == [1, 2]  # merge saw both parts' hits
+    assert set(result.worker_ms) == {"vector", "bm25"} and not result.errors
+
+
+def test_a_failed_part_fails_its_source(scheduler):
+    split = Parts((one_hit("vector"), broken), merged)
+    result = scheduler.run({"vector": split, "bm25": one_hit("bm25")}, tenant="t", deadline_ms=2000)
+    assert result.states == {"vector": "failed", "bm25": "completed"}
+    assert not result.policy_satisfied and list(result.hits) == ["bm25"]
+    assert result.errors == {"vector": "RuntimeError: worker exploded"}
+    assert set(result.worker_ms) == {"vector", "bm25"}
+
+
+def test_a_part_still_running_at_the_deadline_leaves_its_source_pending_and_is_cancelled(scheduler, dsn):
+    scheduler.run({"vector": one_hit("vector")}, tenant="t", deadline_ms=5000)  # warm pool
+    started = time.monotonic()
+    result = scheduler.run({"vector": Parts((one_hit("vector"), sleeper), merged)}, tenant="t", deadline_ms=300)
+    assert time.monotonic() - started < 3.0
+    assert result.states == {"vector": "pending"} and result.finish_reason == "deadline"
+    assert not result.hits and not result.worker_ms  # a pending source has no time, even if a part ended
+    deadline = time.monotonic() + 2.0
+    while active_sleepers(dsn) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert active_sleepers(dsn) == 0

@@ -242,6 +242,71 @@ def test_vector_exact_and_hnsw_searches_agree(system, vectors, shards):
     assert [h.score for h in both[0]] == pytest.approx([h.score for h in both[1]], abs=1e-6)
 
 
+def test_a_large_tenants_search_splits_by_memory_type_into_parts(system, vectors):
+    """VectorWorker.parts deals the memory types (largest first, to the least loaded part) when the
+    search costs vector_parallel_min_rows: each type searched exactly costs its memories, one searched
+    with HNSW vector_exact_max_rows. Typed shards and small searches stay one statement."""
+    ctx = WorkerContext(
+        query=processed("point"), embedding=next(iter(vectors.values())), shards=(ALL,), limit=10,
+        graph_limit=10, graph_depth=1, config=system.config,
+        tenant_rows={"general": 20, "fact": 5, "episodic": 2, "semantic": 0},
+    )  # fmt: skip
+
+    def parts(**settings) -> list | None:
+        found = VectorWorker().parts(dataclasses.replace(ctx, config=system.config.replace(**settings)))
+        if found is None:
+            return None
+        return [
+            ([p[f"memory_type_{k}"] for k in range(text.count("UNION ALL") + 1)], generic)
+            for (text, p), generic in found
+        ]
+
+    assert parts(vector_parallel_min_rows=27) == [(["general"], True), (["episodic", "fact"], True)]
+    assert parts(vector_parallel_min_rows=28) is None  # 27 memories to compare: not worth a second connection
+    assert parts(vector_parallel_min_rows=1, vector_parallel_parts=1) is None
+    assert parts(vector_parallel_min_rows=1, vector_parallel_parts=5) == [
+        (["general"], True), (["fact"], True), (["episodic"], True),
+    ]  # fmt: skip
+    # above the exact bound (4) fact and general are HNSW searches costing 4 each (ties dealt by name):
+    # fact, then general to the other part, then episodic (2 memories, exact) to the first of the two
+    assert parts(vector_parallel_min_rows=1, vector_exact_max_rows=4) == [
+        (["episodic", "fact"], False),
+        (["general"], False),
+    ]
+    assert VectorWorker().parts(dataclasses.replace(ctx, shards=(Shard("general"),))) is None
+    assert VectorWorker().parts(dataclasses.replace(ctx, tenant_rows=None)) is None
+
+
+@pytest.mark.parametrize("bound", [10**6, 4])  # exact searches; HNSW ones for general and fact
+def test_a_split_search_finds_what_one_statement_finds(system, vectors, bound, monkeypatch):
+    """Through the query pipeline: the parts run (each its own statement) and their merged hits are the
+    vector worker's hits of the unsplit search, in order, with their ranks; the diagnostics know one
+    vector source."""
+    system.store_many([{"content": f"episode {i}", "tenant": "t", "embedding": v, "memory_type": "episodic"}
+                       for i, v in enumerate(unit_vectors(6, seed=5))])  # fmt: skip
+    if bound < 10**6:
+        vector_indexes.sync(system.dsn, bound)
+    calls = []
+    run_part = VectorWorker.run_part
+    monkeypatch.setattr(
+        VectorWorker, "run_part", lambda self, conn, statement: calls.append(1) or run_part(self, conn, statement)
+    )
+    query = next(iter(vectors.values()))
+    found = {}
+    for parts in (1, 2):
+        cfg = system.config.replace(
+            vector_exact_max_rows=bound, vector_parallel_parts=parts, vector_parallel_min_rows=1
+        )
+        with MemorySystem(cfg, embedder=HashEmbedder()) as s:
+            r = s.query("point", tenant="t", embedding=query, ranking=False, workers=["vector"], top_k=10)
+        found[parts] = (r.candidates, r.diagnostics)
+    assert len(calls) == 2  # the split search ran as two parts; the unsplit one ran none
+    (one, d1), (two, d2) = found[1], found[2]
+    assert [(c.memory_id, c.sources, c.scores) for c in one] == [(c.memory_id, c.sources, c.scores) for c in two]
+    assert len(one) == 31 and d1.worker_hits == d2.worker_hits == {"vector": 31}  # every memory a candidate
+    assert d2.completed_sources == ["vector"] and set(d2.worker_ms) == {"vector"} and d2.policy_satisfied
+
+
 # -- BM25 --------------------------------------------------------------------------------------------
 
 VOCABULARY = (

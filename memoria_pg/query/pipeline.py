@@ -14,6 +14,7 @@ import contextlib
 import contextvars
 import dataclasses
 import datetime as dt
+import functools
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ from .processor import EntityLookup, PrefetchedLookup, QueryProcessor, TableLook
 from .relevance import relevance_pool
 from .response import QueryResponse
 from .routing import Router, submitted_workers
-from .scheduler import Scheduler, SchedulerResult, Task
+from .scheduler import Parts, Scheduler, SchedulerResult, Task
 from .shards import ALL as ALL_SHARD
 from .shards import per_shard_limit, populated, select_shards, tenant_rows
 from .tracing import persist_trace
@@ -417,7 +418,7 @@ class QueryPipeline:
         diag.relevance_fast_path = len(pool) >= top_k
         return {"relevance": pool} if pool else {}
 
-    def tasks(self, names: Sequence[str], ctx: WorkerContext) -> dict[str, Task]:
+    def tasks(self, names: Sequence[str], ctx: WorkerContext) -> dict[str, Task | Parts]:
         """One scheduler task per worker, bound to the query's context."""
         return {name: _bind(self.registry[name](), ctx) for name in names}
 
@@ -750,7 +751,11 @@ def _note_target(diag: Diagnostics, target: ReadTarget, notes: Sequence[str]) ->
     diag.read_your_writes_lsn = lsn_text(target.required_lsn) if target.required_lsn else None
 
 
-def _bind(worker: Worker, ctx: WorkerContext) -> Task:
+def _bind(worker: Worker, ctx: WorkerContext) -> Task | Parts:
+    parts = worker.parts(ctx)
+    if parts:
+        runs = tuple(Task(functools.partial(worker.run_part, statement=s), generic_plans=g) for s, g in parts)
+        return Parts(runs, functools.partial(worker.merge, limit=ctx.limit))
     return Task(lambda conn: worker.run(conn, ctx), generic_plans=worker.plans_generic(ctx))
 
 

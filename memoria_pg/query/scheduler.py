@@ -83,6 +83,22 @@ class Task:
         return self.run(conn)
 
 
+@dataclass(frozen=True)
+class Parts:
+    """One worker's statements split to run at the same time, each part a task on its own pooled
+    connection (the vector search of a large tenant's memory types, Worker.parts): still one source
+    for the completion policy and in the diagnostics. It completed when every part did (`merge` makes
+    its hits from theirs, in part order), failed when one failed and none is still running, and is
+    pending while one is; its time is its slowest part's, its errors the parts' together."""
+
+    runs: tuple[WorkerFn, ...]
+    merge: Callable[[list[list[SourceHit]]], list[SourceHit]]
+
+    def names(self, name: str) -> list[str]:
+        """The parts' names within the run: `name#1`, `name#2`..."""
+        return [f"{name}#{k}" for k in range(1, len(self.runs) + 1)]
+
+
 class Scheduler:
     def __init__(self, db: Database, *, max_workers: int = 8, policy: CompletionPolicy | None = None) -> None:
         self.db = db
@@ -90,7 +106,7 @@ class Scheduler:
         self._executor = cf.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="memoria-worker")
 
     def run(
-        self, tasks: Mapping[str, WorkerFn], *, tenant: str, deadline_ms: int, db: Database | None = None
+        self, tasks: Mapping[str, WorkerFn | Parts], *, tenant: str, deadline_ms: int, db: Database | None = None
     ) -> SchedulerResult:
         """Run every task on its own pooled connection (of `db`, default the scheduler's: a query on a
         standby passes that standby's); return at the deadline or when all ended.
@@ -101,7 +117,7 @@ class Scheduler:
         return self.start(tasks, tenant=tenant, deadline_ms=deadline_ms, db=db).finish()
 
     def start(
-        self, tasks: Mapping[str, WorkerFn], *, tenant: str, deadline_ms: int, db: Database | None = None
+        self, tasks: Mapping[str, WorkerFn | Parts], *, tenant: str, deadline_ms: int, db: Database | None = None
     ) -> Running:
         """`run` in two steps: the tasks start now, more may be added (`Running.add`, e.g. the vector
         worker once the query is embedded), and `Running.finish` waits under the completion policy. The
@@ -129,8 +145,8 @@ class Running:
     def __init__(self, scheduler: Scheduler, db: Database, tenant: str, deadline_ms: int) -> None:
         self.scheduler, self.policy, self.deadline_ms = scheduler, scheduler.policy, deadline_ms
         self.run = _Run(db, tenant, deadline_ms, deadline_ms + 1000)
-        self.tasks: dict[str, WorkerFn] = {}
-        self.futures: dict[cf.Future[None], str] = {}
+        self.tasks: dict[str, WorkerFn | Parts] = {}
+        self.futures: dict[cf.Future[None], str] = {}  # each task's (or part's) future: the task's name
         self.finished = False
         self._clock(deadline_ms)
 
@@ -146,7 +162,7 @@ class Running:
             self.run.deadline_at = time.perf_counter() + deadline_ms / 1000.0
             self.run.ceiling_ms = ceiling_ms
 
-    def add(self, tasks: Mapping[str, WorkerFn], *, restart: bool = True) -> None:
+    def add(self, tasks: Mapping[str, WorkerFn | Parts], *, restart: bool = True) -> None:
         """Start more tasks (names not used yet in this run); the deadline restarts from now (even when
         the run had no task yet: the time since `start` was the caller's)."""
         if self.finished:
@@ -157,7 +173,9 @@ class Running:
             if name in self.tasks:
                 raise ValueError(f"task {name!r} was already started in this run")
             self.tasks[name] = fn
-            self.futures[self.scheduler._executor.submit(self.run.execute, name, fn)] = name
+            runs = zip(fn.names(name), fn.runs) if isinstance(fn, Parts) else [(name, fn)]
+            for part, run in runs:
+                self.futures[self.scheduler._executor.submit(self.run.execute, part, run)] = name
 
     def abandon(self) -> None:
         """End the run now (the caller failed before finishing it): statements still running are
@@ -271,15 +289,43 @@ class _Run:
         if cancel is not None and not (cancel.done.wait(CANCEL_WAIT_S) and cancel.sent):
             conn.close()  # a cancel that may still arrive must not reach the pool's next borrower
 
-    def stop(self, tasks: Mapping[str, WorkerFn]) -> tuple[dict[str, str], dict[str, list[SourceHit]], list[str]]:
+    def stop(
+        self, tasks: Mapping[str, WorkerFn | Parts]
+    ) -> tuple[dict[str, str], dict[str, list[SourceHit]], list[str]]:
         """Stop recording: the final states (unfinished ones pending), the completed sources' hits,
-        and the workers whose statements are still running, to be cancelled (`cancel`)."""
+        and the tasks (or parts) whose statements are still running, to be cancelled (`cancel`). A
+        split task's parts become the task again (Parts), in its state, hits, errors and time."""
         with self.lock:
             self.stopped.set()
-            states = {name: self.states.get(name, PENDING) for name in tasks}
-            hits = {k: v for k, v in self.hits.items() if states.get(k) == COMPLETED}
+            states: dict[str, str] = {}
+            hits: dict[str, list[SourceHit]] = {}
+            for name, fn in tasks.items():
+                if isinstance(fn, Parts):
+                    states[name] = self._join(name, fn)
+                else:
+                    states[name] = self.states.get(name, PENDING)
+                if states[name] == COMPLETED:
+                    hits[name] = self.hits[name]
             self.cancels = {name: _Cancel(conn, threading.Event()) for name, conn in self.conns.items()}
             return states, hits, list(self.cancels)
+
+    def _join(self, name: str, parts: Parts) -> str:
+        """A split task's state from its parts' (Parts), its hits, time and errors recorded under its
+        name (under the lock)."""
+        names = parts.names(name)
+        found = [self.states.get(part, PENDING) for part in names]
+        state = COMPLETED if all(f == COMPLETED for f in found) else PENDING if PENDING in found else FAILED
+        if state == COMPLETED:
+            self.hits[name] = parts.merge([self.hits[part] for part in names])
+        times = [self.worker_ms.pop(part) for part in names if part in self.worker_ms]
+        if times and state != PENDING:
+            self.worker_ms[name] = max(times)
+        errors = [self.errors.pop(part) for part in names if part in self.errors]
+        if errors:
+            self.errors[name] = "; ".join(errors)
+        if any(part in self.broken for part in names):
+            self.broken = [b for b in self.broken if b not in names] + [name]
+        return state
 
     def cancel(self, names: list[str]) -> None:
         """Cancel the statements `stop` listed; each worker holds its connection until then."""

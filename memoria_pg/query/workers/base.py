@@ -3,8 +3,10 @@ and turning rows into SourceHits."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -126,6 +128,32 @@ class Worker(Source):
             for text, params in self.statements_for(conn, ctx):
                 rows.extend(cur.execute(text, params).fetchall())
         return self.hits(rows)
+
+    def parts(self, ctx: WorkerContext) -> list[tuple[Statement, bool]] | None:
+        """The worker's search split into statements that run at the same time, each on its own
+        connection (scheduler.Parts), with whether each runs on generic plans; None: not split."""
+        return None
+
+    def run_part(self, conn: psycopg.Connection, statement: Statement) -> list[SourceHit]:
+        """One of `parts`: its statement's hits."""
+        with conn.cursor(row_factory=dict_row) as cur:
+            return self.hits(cur.execute(*statement).fetchall())
+
+    def merge(self, parts: list[list[SourceHit]], limit: int) -> list[SourceHit]:
+        """The parts' hits as one list: the best `limit` of them in the worker's order (`hits`: best
+        score first, then memory id; a NaN score last, as PostgreSQL sorts it), ranked again."""
+        sign = -1.0 if self.lower_is_better else 1.0
+        best: dict[int, SourceHit] = {}
+        for h in (h for hits in parts for h in hits):
+            prev = best.get(h.memory_id)
+            if prev is None or sign * h.score > sign * prev.score:
+                best[h.memory_id] = h
+
+        def order(h: SourceHit) -> tuple[bool, float, int]:
+            return (True, 0.0, h.memory_id) if math.isnan(h.score) else (False, -sign * h.score, h.memory_id)
+
+        ordered = sorted(best.values(), key=order)
+        return [dataclasses.replace(h, rank=rank) for rank, h in enumerate(ordered[:limit], 1)]
 
     def hits(self, rows: list[dict[str, Any]]) -> list[SourceHit]:
         best: dict[int, tuple[float, dict[str, Any]]] = {}

@@ -70,6 +70,36 @@ class VectorWorker(Worker):
                 out.append(self._statement(ctx, shard, limit > 0 and exact(rows, shard, limit)))
         return out
 
+    def parts(self, ctx: WorkerContext) -> list[tuple[Statement, bool]] | None:
+        """A search of the whole table of a large tenant, split by memory type into up to
+        `vector_parallel_parts` statements that the scheduler runs at the same time, each on its own
+        connection (scheduler.Parts; `merge` keeps the nearest ctx.limit of their hits: the same
+        memories as the one statement). One statement searches its memory types one after the other
+        in one backend; at 1M memories (six HNSW searches of a tenant's own indexes) that was most of
+        the query. Split when the search costs at least `vector_parallel_min_rows`, counting the
+        memories of each type searched exactly and `vector_exact_max_rows` for each HNSW search (the
+        bound is where the two cost the same), the types dealt to the parts largest first, each to
+        the part with the least so far. Each part runs on generic plans when all its searches are
+        exact (plans_generic)."""
+        cfg, rows = ctx.config, ctx.tenant_rows
+        bound = cfg.vector_exact_max_rows
+        if cfg.vector_parallel_parts < 2 or rows is None or ctx.shards != (ALL_TYPES,):
+            return None
+        is_exact = {t: bound > 0 and exact(rows, Shard(t), bound) for t in sorted(rows) if rows[t] > 0}
+        cost = {t: rows[t] if e else bound for t, e in is_exact.items()}
+        if len(cost) < 2 or sum(cost.values()) < cfg.vector_parallel_min_rows:
+            return None
+        groups: list[list[str]] = [[] for _ in range(min(cfg.vector_parallel_parts, len(cost)))]
+        loads = [0] * len(groups)
+        for t in sorted(cost, key=lambda t: (-cost[t], t)):
+            k = loads.index(min(loads))
+            groups[k].append(t)
+            loads[k] += cost[t]
+        return [
+            (self.split_search(ctx, [(Shard(t), is_exact[t]) for t in sorted(group)]), all(is_exact[t] for t in group))
+            for group in groups
+        ]
+
     def split_search(self, ctx: WorkerContext, parts: list[tuple[Shard, bool]]) -> Statement:
         """One statement over typed shards (each exact or HNSW as `parts` says), UNION ALL of their
         searches, the nearest ctx.limit of them by (distance, id) (a NaN distance sorts last in
