@@ -299,7 +299,9 @@ def test_a_split_search_finds_what_one_statement_finds(system, vectors, bound, m
         )
         with MemorySystem(cfg, embedder=HashEmbedder()) as s:
             r = s.query("point", tenant="t", embedding=query, ranking=False, workers=["vector"], top_k=10)
+            explained = s.explain(r)
         found[parts] = (r.candidates, r.diagnostics)
+        assert ("in 2 parts, each on its own connection" in explained) == (parts == 2)  # query --explain shows them
     assert len(calls) == 2  # the split search ran as two parts; the unsplit one ran none
     (one, d1), (two, d2) = found[1], found[2]
     assert [(c.memory_id, c.sources, c.scores) for c in one] == [(c.memory_id, c.sources, c.scores) for c in two]

@@ -114,6 +114,12 @@ def _worker_plans(pipeline: QueryPipeline, query: ProcessedQuery, route: Route, 
         out.append(
             f"\n== worker {name} ({d.worker_ms.get(name, 0):.1f} ms in the query, {d.worker_hits.get(name, 0)} hits)"
         )
+        parts = worker.parts(ctx)  # a search split to run at once on several connections
+        if parts:
+            out.append(f"-- in {len(parts)} parts, each on its own connection at the same time (vector_parallel_parts)")
+            for (text, params), generic in parts:
+                out.extend(_statement_plan(pipeline, query.tenant, text, params, generic_plans=generic))
+            continue
         with pipeline.db.transaction(query.tenant) as conn:
             statements = worker.statements_for(conn, ctx)  # e.g. the vector worker's exact or HNSW form
         for text, params in statements:
