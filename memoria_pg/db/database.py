@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import datetime as dt
 import functools
 import json
+import logging
 import re
 import select
 import threading
@@ -23,7 +25,7 @@ from psycopg.types.json import set_json_loads
 
 from ..errors import ExtensionMissing, PoolTimeout, SchemaError, ServerError, first_line
 from .budget import QueryBudget, current_budget
-from .pipeline import tenant_block
+from .pipeline import answered, tenant_block
 
 APP_ROLE = "memoria_app"
 # The tenant write lock: a transaction-level advisory lock on (TENANT_LOCK_CLASS, hashtext(tenant)).
@@ -39,6 +41,7 @@ def tenant_lock_call(kind: str, tenant_sql: str) -> str:
     return f"{TENANT_LOCKS[kind]}({TENANT_LOCK_CLASS}, hashtext({tenant_sql}))"
 
 
+_log = logging.getLogger(__name__)
 RENEW_AFTER_S = 0.01  # a budgeted transaction's statement timeout is renewed once it is older
 SECRET_KEYS = ("password", "sslpassword")  # conninfo keys whose values redact_dsn masks
 P = ParamSpec("P")
@@ -133,6 +136,9 @@ class Database:
             standby = True
         self.capabilities = capabilities
         self._sweeping = threading.Lock()  # held while a sweep of the pool runs (_sweep)
+        # Where the read blocks of `transaction(..., background_end=True)` end (their Sync, then the
+        # connection's return to the pool) once their body has read what it needs.
+        self._enders = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="memoria-block-end")
         self.pool = psycopg_pool.ConnectionPool(
             dsn,
             min_size=min_size,
@@ -262,6 +268,7 @@ class Database:
         synchronous_commit: bool = True,
         implicit: bool = False,
         tenant_lock: str | None = None,
+        background_end: bool = False,
     ) -> Iterator[psycopg.Connection]:
         """A pooled connection inside a transaction whose row-level-security tenant is `tenant`.
 
@@ -276,6 +283,12 @@ class Database:
         first statement. Only for a body of reads (or one write) that fetches each result it needs: the
         block ends with a commit even when the body raises. `tenant_lock`: "shared" or "exclusive", the
         tenant write lock (set_tenant), held to the end.
+        `background_end` (with `implicit`, for a body of reads): once the body has ended without an
+        error with every statement answered (pipeline.answered), the block's end, its Sync (the end of
+        a transaction that wrote nothing) and the connection's return to the pool, runs in a
+        background thread while the caller goes on: the results are all in hand, so the caller no
+        longer waits a round trip for the server to say so. A body that raises, or that left a result
+        unread, ends the block here, as without it. (README, "Why these defaults".)
         Inside a query's budget (db/budget.py) its statements may run for what remains of the budget
         (at most statement_timeout_ms), and running out of it is QueryTimeout.
         """
@@ -287,22 +300,35 @@ class Database:
             synchronous_commit=synchronous_commit,
             tenant_lock=tenant_lock,
         )
+        defer = background_end and implicit
         if budget is None:
-            with self.connection(app_role=False) as conn, tenant_block(conn, implicit):
+            with contextlib.ExitStack() as block:
+                conn = block.enter_context(self.connection(app_role=False))
+                pipeline = block.enter_context(tenant_block(conn, implicit))
                 settings(conn, tenant)
                 yield conn
+                if defer and answered(pipeline):
+                    self._end_in_background(block.pop_all())
             return
         wait = min(self.timeout, budget.require_ms() / 1000.0)
         capped = wait < self.timeout
-        with (
-            budget.enforced(pool_wait_capped=capped),
-            self.connection(timeout=wait, app_role=False) as conn,
-            tenant_block(conn, implicit),
-        ):
+        with budget.enforced(pool_wait_capped=capped), contextlib.ExitStack() as block:
+            conn = block.enter_context(self.connection(timeout=wait, app_role=False))
+            pipeline = block.enter_context(tenant_block(conn, implicit))
             left, cap = budget.require_ms(), self._statement_timeout_ms
             settings(conn, tenant, statement_timeout_ms=min(left, cap) if cap else left)
             budget.applied()
             yield conn
+            if defer and answered(pipeline):
+                self._end_in_background(block.pop_all())
+
+    def _end_in_background(self, block: contextlib.ExitStack) -> None:
+        """End a read block (`transaction`'s background_end) in the enders' thread; where that cannot
+        start (the pool is closing), here."""
+        try:
+            self._enders.submit(_end_block, block)
+        except RuntimeError:  # the executor was shut down: Database.close runs
+            _end_block(block)
 
     def renew_budget(self, conn: psycopg.Connection) -> None:
         """Before the next statement of a transaction opened inside a query's budget: a statement's
@@ -318,7 +344,18 @@ class Database:
         budget.applied()
 
     def close(self) -> None:
+        self._enders.shutdown(wait=True)  # every read block ended, its connection back in the pool
         self.pool.close()
+
+
+def _end_block(block: contextlib.ExitStack) -> None:
+    """A read block's end, after its body read every result: its Sync and the connection's return.
+    Nothing is left to report to the caller: a failure here (a connection lost after its answer came)
+    leaves the connection to the pool, which discards a broken one."""
+    try:
+        block.close()
+    except Exception as exc:
+        _log.debug("ending a read block failed after its results were read: %s", first_line(exc))
 
 
 @contextlib.contextmanager

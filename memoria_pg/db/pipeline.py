@@ -51,6 +51,21 @@ def tenant_block(conn: psycopg.Connection, implicit: bool) -> contextlib.Abstrac
     return conn.transaction()
 
 
+def answered(block: Any) -> bool:
+    """Whether every statement sent in a tenant block (what `tenant_block` yielded) has been answered:
+    its results read, none queued or still to send. Only then can the block's end (its Sync) happen
+    after the caller goes on: a statement whose result nobody fetched runs at that Sync. False for an
+    explicit transaction, and where this psycopg keeps its queues elsewhere (then the block ends first,
+    as it always did)."""
+    commands, results = getattr(block, "command_queue", None), getattr(block, "result_queue", None)
+    return (
+        isinstance(block, psycopg.Pipeline)
+        and commands is not None
+        and results is not None
+        and not (commands or results)
+    )
+
+
 @contextlib.contextmanager
 def _implicit_block(conn: psycopg.Connection) -> Iterator[psycopg.Pipeline]:
     try:

@@ -188,7 +188,7 @@ class QueryPipeline:
         vector = self.embed_unbudgeted(normalized, request.embedding, diag)
         # Generic plans for every statement: the V3 search reads every shard (no partition to prune),
         # and planning the final CTE each time cost more than its generic plan (README, "Why these defaults").
-        with self.read_db.transaction(request.tenant, generic_plans=True, implicit=True) as conn:
+        with self.read_db.transaction(request.tenant, generic_plans=True, implicit=True, background_end=True) as conn:
             if type(self.registry["vector"]()) is not VectorWorker:
                 t0 = time.perf_counter()
                 query, rows = self.process_in(conn, request)
@@ -233,7 +233,7 @@ class QueryPipeline:
         self.validate(request)
         # Generic plans: the lookup reads two unpartitioned tables, and planning it each time cost
         # as much as running it (0.37 against 0.18 ms on LoCoMo).
-        with self.read_db.transaction(request.tenant, generic_plans=True, implicit=True) as conn:
+        with self.read_db.transaction(request.tenant, generic_plans=True, implicit=True, background_end=True) as conn:
             query, rows = self.process_in(conn, request)
         diag.query_processing_ms = _ms(t0)
         return query, rows
@@ -466,7 +466,7 @@ class QueryPipeline:
         with `fetch`, only the rows that can be among the first `fetch` after the type filter
         (`prefer_type`) are read (build_candidates)."""
         t0 = time.perf_counter()
-        with self.read_db.transaction(tenant, generic_plans=True, implicit=True) as conn:
+        with self.read_db.transaction(tenant, generic_plans=True, implicit=True, background_end=True) as conn:
             candidates = build_candidates(
                 conn, hits, self.registry, validity=validity, embeddings=embeddings, fetch=fetch,
                 prefer_type=prefer_type, **self._fusion(),
@@ -528,7 +528,7 @@ class QueryPipeline:
         """V3: vector search -> fetch -> candidates in one transaction; no scheduler."""
         # Generic plans for both statements: the V3 search reads every shard (no partition to prune),
         # and planning the final CTE each time cost more than its generic plan (README, "Why these defaults").
-        with self.read_db.transaction(query.tenant, generic_plans=True, implicit=True) as conn:
+        with self.read_db.transaction(query.tenant, generic_plans=True, implicit=True, background_end=True) as conn:
             return self.retrieve_v3_in(conn, query, vector, rows, top_k, diag, embeddings=embeddings)
 
     def retrieve_v3_in(

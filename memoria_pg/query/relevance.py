@@ -17,7 +17,8 @@ def relevance_pool(
     hint = query.memory_type_hint
     if not hint or hint == default_type:
         return []
-    with db.transaction(query.tenant, implicit=True) as conn, conn.cursor(row_factory=dict_row) as cur:
+    block = db.transaction(query.tenant, implicit=True, background_end=True)
+    with block as conn, conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
             load_sql("relevance_pool"),
             {"memory_type": hint, "embedding": vector, "limit": limit, "small_pool": top_k * 3},

@@ -28,7 +28,7 @@ from ..core.types import SourceHit
 from ..db import Database
 from ..db.budget import current_budget
 from ..db.database import set_tenant
-from ..db.pipeline import tenant_block
+from ..db.pipeline import answered, tenant_block
 from ..db.replicas import server_failure
 
 SUBMITTED, COMPLETED, PENDING, FAILED = "submitted", "completed", "pending", "failed"
@@ -147,6 +147,9 @@ class Running:
         self.run = _Run(db, tenant, deadline_ms, deadline_ms + 1000)
         self.tasks: dict[str, WorkerFn | Parts] = {}
         self.futures: dict[cf.Future[None], str] = {}  # each task's (or part's) future: the task's name
+        # Each task's (or part's) outcome recorded: its hits (or its failure) are known, though its
+        # connection may still be ending its block (_Run.execute). `finish` waits for these.
+        self.recorded: list[cf.Future[None]] = []
         self.finished = False
         self._clock(deadline_ms)
 
@@ -175,7 +178,9 @@ class Running:
             self.tasks[name] = fn
             runs = zip(fn.names(name), fn.runs) if isinstance(fn, Parts) else [(name, fn)]
             for part, run in runs:
-                self.futures[self.scheduler._executor.submit(self.run.execute, part, run)] = name
+                recorded: cf.Future[None] = cf.Future()
+                self.recorded.append(recorded)
+                self.futures[self.scheduler._executor.submit(self.run.execute, part, run, recorded)] = name
 
     def abandon(self) -> None:
         """End the run now (the caller failed before finishing it): statements still running are
@@ -189,7 +194,7 @@ class Running:
         statements still running are cancelled (module docstring)."""
         self.finished = True
         run = self.run
-        cf.wait(self.futures, timeout=max(0.0, run.deadline_at - time.perf_counter()), return_when=cf.ALL_COMPLETED)
+        cf.wait(self.recorded, timeout=max(0.0, run.deadline_at - time.perf_counter()), return_when=cf.ALL_COMPLETED)
         states, hits, to_cancel = run.stop(self.tasks)
         wait_ms = (time.perf_counter() - run.start) * 1000
         run.cancel(to_cancel)
@@ -235,27 +240,27 @@ class _Run:
         self.start = time.perf_counter()
         self.deadline_at = self.start + deadline_ms / 1000.0  # Running moves it when tasks are added
 
-    def execute(self, name: str, fn: WorkerFn) -> None:
+    def execute(self, name: str, fn: WorkerFn, recorded: cf.Future[None]) -> None:
+        """Run one task and record its outcome, then set `recorded`. A completed task is recorded as soon
+        as its statements have answered, before its block ends (_statement): an error after that (the
+        connection lost at the block's Sync) changes nothing of what it found."""
         t0 = time.perf_counter()
         try:
-            result = self._statement(name, fn, t0)
-            if result is None:
-                return
-            with self.lock:
-                if not self.stopped.is_set():
-                    self.hits[name] = result
-                    self.states[name] = COMPLETED
-                    self.worker_ms[name] = (time.perf_counter() - t0) * 1000
+            self._statement(name, fn, t0, recorded)
         except Exception as exc:  # a failed worker never fails the query
-            with self.lock:
-                if not self.stopped.is_set():
-                    self.states[name] = FAILED
-                    self.errors[name] = f"{type(exc).__name__}: {exc}".strip()
-                    if server_failure(exc):
-                        self.broken.append(name)
-                    self.worker_ms[name] = (time.perf_counter() - t0) * 1000
+            if not recorded.done():
+                with self.lock:
+                    if not self.stopped.is_set():
+                        self.states[name] = FAILED
+                        self.errors[name] = f"{type(exc).__name__}: {exc}".strip()
+                        if server_failure(exc):
+                            self.broken.append(name)
+                        self.worker_ms[name] = (time.perf_counter() - t0) * 1000
+        finally:
+            if not recorded.done():
+                recorded.set_result(None)
 
-    def _statement(self, name: str, fn: WorkerFn, t0: float) -> list[SourceHit] | None:
+    def _statement(self, name: str, fn: WorkerFn, t0: float, recorded: cf.Future[None]) -> None:
         # Waiting for a connection counts against the deadline: past it nobody reads the result,
         # and a thread blocked on an exhausted pool would delay the next queries.
         with self.lock:
@@ -264,21 +269,41 @@ class _Run:
         with self.db.connection(timeout=wait, app_role=False) as conn:
             with self.lock:
                 if self.stopped.is_set():
-                    return None
+                    return
                 self.conns[name] = conn
             try:
                 # The transaction of the pipeline's statements (db/pipeline.tenant_block): no BEGIN
                 # or COMMIT round trip. The tenant, the role (Database.connection's app_role), the
                 # server-side ceiling in case the client-side cancel is lost, and the worker's plan
                 # mode (generic or custom plans: set_tenant) go with the worker's first statement.
-                with tenant_block(conn, implicit=True):
+                with tenant_block(conn, implicit=True) as block:
                     set_tenant(
                         conn, self.tenant, generic_plans=getattr(fn, "generic_plans", False),
                         statement_timeout_ms=ceiling_ms,
                     )  # fmt: skip
-                    return fn(conn)
+                    hits = fn(conn)
+                    # Every statement answered: recorded before the block ends, so the run does not
+                    # wait for its Sync's round trip (a transaction of reads has nothing to commit;
+                    # Database.transaction's background_end does the same for the query's own blocks).
+                    # A task that left a result unread is recorded once the block has ended.
+                    if answered(block):
+                        self._completed(name, hits, t0)
+                        recorded.set_result(None)
+                if not recorded.done():
+                    self._completed(name, hits, t0)
+                    recorded.set_result(None)
             finally:
                 self._release(name, conn)
+
+    def _completed(self, name: str, hits: list[SourceHit], t0: float) -> None:
+        """A task's hits, unless the run stopped meanwhile; its connection then has no statement left
+        to cancel."""
+        with self.lock:
+            if not self.stopped.is_set():
+                self.hits[name] = hits
+                self.states[name] = COMPLETED
+                self.worker_ms[name] = (time.perf_counter() - t0) * 1000
+                self.conns.pop(name, None)
 
     def _release(self, name: str, conn: psycopg.Connection) -> None:
         """Before the connection goes back to the pool: if the run decided to cancel its statement,
