@@ -175,10 +175,13 @@ def load_locomo(admin_dsn: str, db: str, data: Path) -> None:
         conn.execute("VACUUM (ANALYZE)")
 
 
-def child(root: Path, dsn: str, n: int, locomo: str | None = None) -> subprocess.Popen:
+def child(
+    root: Path, dsn: str, n: int, locomo: str | None = None, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen:
     # The child imports the library of `root` (first on its PYTHONPATH), and this folder's serve(),
-    # corpus and library modules: both sides build the same queries.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(HERE)])}
+    # corpus and library modules: both sides build the same queries. `extra_env`: MEMORIA_* settings
+    # of this side only (its Config.from_env reads them).
+    env = {**os.environ, **(extra_env or {}), "PYTHONPATH": os.pathsep.join([str(root), str(HERE)])}
     code = f"import before_after; before_after.serve({dsn!r}, {n}, {locomo!r})"
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=root, env=env
@@ -209,8 +212,18 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--modes", default="v4,v3,ranked", help=f"comma-separated, of {', '.join(MODES)}")
     p.add_argument("--locomo", type=Path, help="real data: the folder holding locomo/ (MEMORIA_EVAL_DATA)")
+    p.add_argument(
+        "--before-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a MEMORIA_* setting of the 'before' side only (repeatable): with --rev HEAD, one setting's effect",
+    )
     p.add_argument("--out", default="results/scale")
     args = p.parse_args()
+    before_env = dict(item.split("=", 1) for item in args.before_env)
+    if any(not k.startswith("MEMORIA_") for k in before_env):
+        p.error("--before-env takes MEMORIA_* settings, as NAME=VALUE")
     import psycopg
 
     params = psycopg.conninfo.conninfo_to_dict(args.dsn)
@@ -228,7 +241,7 @@ def main() -> int:
         if locomo:
             load_locomo(args.dsn, args.db, args.locomo)
         sides = {
-            "before": child(Path(tmp), before_dsn, args.queries, locomo),
+            "before": child(Path(tmp), before_dsn, args.queries, locomo, before_env),
             "after": child(REPO, dsn, args.queries, locomo),
         }
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -253,7 +266,8 @@ def main() -> int:
 
     lines = [
         f"# Before/after side by side: `{args.rev}` vs the working tree (HEAD {head}) on `{args.db}`"
-        + (f" (before: on `{args.before_db}`)" if args.before_db else ""),
+        + (f" (before: on `{args.before_db}`)" if args.before_db else "")
+        + (f" (before with {', '.join(f'{k}={v}' for k, v in before_env.items())})" if before_env else ""),
         "",
         f"Each side is its own process and MemorySystem on the same database, alternating per query "
         f"(before then after, then after then before), {args.queries} queries x {args.rounds} rounds per "

@@ -307,6 +307,18 @@ def test_parts_run_at_once_and_are_one_source(scheduler):
     assert set(result.worker_ms) == {"vector", "bm25"} and not result.errors
 
 
+def test_run_sequential_runs_a_split_tasks_parts_in_turn_and_merges_them(scheduler):
+    """The benchmarks' sequential baseline takes the tasks a query submits, split ones included (the 1M
+    scale benchmark's vector worker is split)."""
+
+    def part(memory_id):
+        return lambda conn: [SourceHit(memory_id=memory_id, source="vector", rank=1, score=0.1)]
+
+    split = Parts((part(2), part(1)), merged)
+    out = scheduler.run_sequential({"vector": split, "bm25": one_hit("bm25")}, tenant="t")
+    assert [h.memory_id for h in out["vector"]] == [1, 2] and [h.memory_id for h in out["bm25"]] == [1]
+
+
 def test_a_failed_part_fails_its_source(scheduler):
     split = Parts((one_hit("vector"), broken), merged)
     result = scheduler.run({"vector": split, "bm25": one_hit("bm25")}, tenant="t", deadline_ms=2000)

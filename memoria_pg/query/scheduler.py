@@ -126,12 +126,13 @@ class Scheduler:
         running.add(tasks, restart=False)
         return running
 
-    def run_sequential(self, tasks: Mapping[str, WorkerFn], tenant: str) -> dict[str, list[SourceHit]]:
-        """The same workers one after another on one connection (benchmarks compare against this)."""
+    def run_sequential(self, tasks: Mapping[str, WorkerFn | Parts], tenant: str) -> dict[str, list[SourceHit]]:
+        """The same workers one after another on one connection (benchmarks compare against this); a
+        split task's parts one after another too, merged as a run merges them."""
         out: dict[str, list[SourceHit]] = {}
         with self.db.transaction(tenant, implicit=True) as conn:
             for name, fn in tasks.items():
-                out[name] = fn(conn)
+                out[name] = fn.merge([run(conn) for run in fn.runs]) if isinstance(fn, Parts) else fn(conn)
         return out
 
     def close(self) -> None:
