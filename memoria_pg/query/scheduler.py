@@ -94,6 +94,11 @@ class Parts:
     runs: tuple[WorkerFn, ...]
     merge: Callable[[list[list[SourceHit]]], list[SourceHit]]
 
+    def __call__(self, conn: psycopg.Connection) -> list[SourceHit]:
+        """The parts one after another on one connection, merged: the task as a plain WorkerFn (what
+        run_sequential and the benchmarks' per-worker passes call)."""
+        return self.merge([run(conn) for run in self.runs])
+
     def names(self, name: str) -> list[str]:
         """The parts' names within the run: `name#1`, `name#2`..."""
         return [f"{name}#{k}" for k in range(1, len(self.runs) + 1)]
@@ -128,11 +133,11 @@ class Scheduler:
 
     def run_sequential(self, tasks: Mapping[str, WorkerFn | Parts], tenant: str) -> dict[str, list[SourceHit]]:
         """The same workers one after another on one connection (benchmarks compare against this); a
-        split task's parts one after another too, merged as a run merges them."""
+        split task's parts one after another too (Parts.__call__)."""
         out: dict[str, list[SourceHit]] = {}
         with self.db.transaction(tenant, implicit=True) as conn:
             for name, fn in tasks.items():
-                out[name] = fn.merge([run(conn) for run in fn.runs]) if isinstance(fn, Parts) else fn(conn)
+                out[name] = fn(conn)
         return out
 
     def close(self) -> None:
