@@ -283,48 +283,39 @@ class Database:
         first statement. Only for a body of reads (or one write) that fetches each result it needs: the
         block ends with a commit even when the body raises. `tenant_lock`: "shared" or "exclusive", the
         tenant write lock (set_tenant), held to the end.
-        `background_end` (with `implicit`, for a body of reads): once the body has ended without an
-        error with every statement answered (pipeline.answered), the block's end, its Sync (the end of
-        a transaction that wrote nothing) and the connection's return to the pool, runs in a
-        background thread while the caller goes on: the results are all in hand, so the caller no
-        longer waits a round trip for the server to say so. A body that raises, or that left a result
-        unread, ends the block here, as without it. (README, "Why these defaults".)
+        `background_end` (with `implicit`, for a body of reads): the block ends after the caller goes
+        on (_end_in_background).
         Inside a query's budget (db/budget.py) its statements may run for what remains of the budget
         (at most statement_timeout_ms), and running out of it is QueryTimeout.
         """
         budget = current_budget()
         settings = functools.partial(
-            set_tenant,
-            generic_plans=generic_plans,
-            lock_timeout_ms=lock_timeout_ms,
-            synchronous_commit=synchronous_commit,
-            tenant_lock=tenant_lock,
-        )
-        defer = background_end and implicit
-        if budget is None:
-            with contextlib.ExitStack() as block:
-                conn = block.enter_context(self.connection(app_role=False))
-                pipeline = block.enter_context(tenant_block(conn, implicit))
-                settings(conn, tenant)
-                yield conn
-                if defer and answered(pipeline):
-                    self._end_in_background(block.pop_all())
-            return
-        wait = min(self.timeout, budget.require_ms() / 1000.0)
-        capped = wait < self.timeout
-        with budget.enforced(pool_wait_capped=capped), contextlib.ExitStack() as block:
+            set_tenant, generic_plans=generic_plans, lock_timeout_ms=lock_timeout_ms,
+            synchronous_commit=synchronous_commit, tenant_lock=tenant_lock,
+        )  # fmt: skip
+        wait = self.timeout if budget is None else min(self.timeout, budget.require_ms() / 1000.0)
+        enforced = contextlib.nullcontext() if budget is None else budget.enforced(pool_wait_capped=wait < self.timeout)
+        with enforced, contextlib.ExitStack() as block:
             conn = block.enter_context(self.connection(timeout=wait, app_role=False))
             pipeline = block.enter_context(tenant_block(conn, implicit))
-            left, cap = budget.require_ms(), self._statement_timeout_ms
-            settings(conn, tenant, statement_timeout_ms=min(left, cap) if cap else left)
-            budget.applied()
+            if budget is None:
+                settings(conn, tenant)
+            else:
+                left, cap = budget.require_ms(), self._statement_timeout_ms
+                settings(conn, tenant, statement_timeout_ms=min(left, cap) if cap else left)
+                budget.applied()
             yield conn
-            if defer and answered(pipeline):
+            if background_end and implicit and answered(pipeline):
                 self._end_in_background(block.pop_all())
 
     def _end_in_background(self, block: contextlib.ExitStack) -> None:
         """End a read block (`transaction`'s background_end) in the enders' thread; where that cannot
-        start (the pool is closing), here."""
+        start (the pool is closing), here. Called once the body has ended without an error with every
+        statement answered (pipeline.answered): the block's end, its Sync (the end of a transaction
+        that wrote nothing) and the connection's return to the pool, runs while the caller goes on; the
+        results are all in hand, so the caller no longer waits a round trip for the server to say so.
+        A body that raises, or that left a result unread, ends its block in place, as without
+        background_end. (README, "Why these defaults".)"""
         try:
             self._enders.submit(_end_block, block)
         except RuntimeError:  # the executor was shut down: Database.close runs
