@@ -293,23 +293,22 @@ class _Run:
                     # Database.transaction's background_end does the same for the query's own blocks).
                     # A task that left a result unread is recorded once the block has ended.
                     if answered(block):
-                        self._completed(name, hits, t0)
-                        recorded.set_result(None)
+                        self._completed(name, hits, t0, recorded)
                 if not recorded.done():
-                    self._completed(name, hits, t0)
-                    recorded.set_result(None)
+                    self._completed(name, hits, t0, recorded)
             finally:
                 self._release(name, conn)
 
-    def _completed(self, name: str, hits: list[SourceHit], t0: float) -> None:
-        """A task's hits, unless the run stopped meanwhile; its connection then has no statement left
-        to cancel."""
+    def _completed(self, name: str, hits: list[SourceHit], t0: float, recorded: cf.Future[None]) -> None:
+        """A task's hits, unless the run stopped meanwhile (its connection then has no statement left to
+        cancel); `recorded` is set either way."""
         with self.lock:
             if not self.stopped.is_set():
                 self.hits[name] = hits
                 self.states[name] = COMPLETED
                 self.worker_ms[name] = (time.perf_counter() - t0) * 1000
                 self.conns.pop(name, None)
+        recorded.set_result(None)
 
     def _release(self, name: str, conn: psycopg.Connection) -> None:
         """Before the connection goes back to the pool: if the run decided to cancel its statement,
