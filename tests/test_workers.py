@@ -400,6 +400,22 @@ def test_phrase_matches_adjacent_words_in_order(system):
     assert all(h.detail["phrases"] == ["New York"] for h in hits)
 
 
+def test_a_workers_statement_is_prepared_at_its_first_run(system):
+    # A rare worker (phrase, attribute) would otherwise be parsed and planned anew on each pooled
+    # connection until psycopg's prepare_threshold (5 runs there): its cold runs cost a plan each.
+    system.store_many([{"content": "I was in New York today", "tenant": "t"}])
+    query = processed("trip", phrases=["New York"])
+    ctx = WorkerContext(
+        query=query, embedding=np.zeros(system.config.embedding_dim, dtype=np.float32), shards=(ALL,),
+        limit=10, graph_limit=10, graph_depth=1, config=system.config, graph_backend=system.graph_backend,
+    )  # fmt: skip
+    with system.db.transaction("t") as conn:
+        # A new pool (the fixture's): the phrase worker has never run on this connection.
+        assert [h.memory_id for h in PhraseWorker().run(conn, ctx)]
+        prepared = [r[0] for r in conn.execute("SELECT statement FROM pg_prepared_statements").fetchall()]
+    assert any(s.lstrip().startswith("-- Phrase worker") for s in prepared), prepared
+
+
 def test_phrase_ranks_memories_matching_more_phrases_first(system):
     both, one = system.store_many(
         [

@@ -316,7 +316,7 @@ def _fetch(conn: psycopg.Connection, statement: NativeStatement, params: Mapping
     binary, its clamped times read by psycopg's C loader (register_clamped_times)."""
     with psycopg.RawCursor(conn, row_factory=dict_row) as cur, schema_current():
         register_clamped_times(cur)
-        return cur.execute(statement.text, statement.args(params), binary=True).fetchall()
+        return cur.execute(statement.text, statement.args(params), binary=True, prepare=True).fetchall()
 
 
 def v3_statement(

@@ -22,6 +22,7 @@ def relevance_pool(
         rows = cur.execute(
             load_sql("relevance_pool"),
             {"memory_type": hint, "embedding": vector, "limit": limit, "small_pool": top_k * 3},
+            prepare=True,  # at its first run on the connection, as the workers' statements (Worker.run)
         ).fetchall()
     return [
         SourceHit(

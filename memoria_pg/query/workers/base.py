@@ -123,10 +123,13 @@ class Worker(Source):
         return {}
 
     def run(self, conn: psycopg.Connection, ctx: WorkerContext) -> list[SourceHit]:
+        """The statements' hits. Each statement is prepared on the connection at its first run, not at
+        psycopg's fifth (prepare_threshold): a worker few queries submit (phrase, attribute) was parsed
+        and planned again on each pooled connection, and its generic plan was never used."""
         rows: list[dict[str, Any]] = []
         with conn.cursor(row_factory=dict_row) as cur:
             for text, params in self.statements_for(conn, ctx):
-                rows.extend(cur.execute(text, params).fetchall())
+                rows.extend(cur.execute(text, params, prepare=True).fetchall())
         return self.hits(rows)
 
     def parts(self, ctx: WorkerContext) -> list[tuple[Statement, bool]] | None:
@@ -137,7 +140,7 @@ class Worker(Source):
     def run_part(self, conn: psycopg.Connection, statement: Statement) -> list[SourceHit]:
         """One of `parts`: its statement's hits."""
         with conn.cursor(row_factory=dict_row) as cur:
-            return self.hits(cur.execute(*statement).fetchall())
+            return self.hits(cur.execute(*statement, prepare=True).fetchall())
 
     def merge(self, parts: list[list[SourceHit]], limit: int) -> list[SourceHit]:
         """The parts' hits as one list: the best `limit` of them in the worker's order (`hits`: best
