@@ -30,6 +30,10 @@ class Diagnostics:
     failed_task_count: int = 0
     retrieval_wait_ms: float = 0.0
     submitted_sources: list[str] = field(default_factory=list)
+    # The route's auxiliary workers (no weight in the retrieval score) left out of a query that
+    # returns only its top_k memories, because their candidates could not be among them
+    # (QueryPipeline.leave_out_auxiliary).
+    skipped_sources: list[str] = field(default_factory=list)
     completed_sources: list[str] = field(default_factory=list)
     pending_sources: list[str] = field(default_factory=list)
     failed_sources: list[str] = field(default_factory=list)
@@ -60,18 +64,29 @@ class Diagnostics:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def record_scheduler(self, result: SchedulerResult) -> None:
-        """The scheduler's outcome: policy, finish reason, per-worker states, times and errors."""
-        self.retrieval_policy = result.policy
-        self.retrieval_finish_reason = result.finish_reason
-        self.policy_satisfied = result.policy_satisfied
-        self.retrieval_wait_ms = result.wait_ms
-        self.worker_ms = result.worker_ms
-        self.worker_errors = result.errors
-        self.submitted_sources = list(result.states)
-        self.completed_sources = result.sources(COMPLETED)
-        self.pending_sources = result.sources(PENDING)
-        self.failed_sources = result.sources(FAILED)
+    def record_scheduler(self, result: SchedulerResult, *, more: bool = False) -> None:
+        """The scheduler's outcome: policy, finish reason, per-worker states, times and errors. `more`:
+        a second run of the same query's (the auxiliary workers run after all): added to the first."""
+        if more:
+            self.policy_satisfied = bool(self.policy_satisfied) and result.policy_satisfied
+            self.retrieval_wait_ms += result.wait_ms
+            self.worker_ms = {**self.worker_ms, **result.worker_ms}
+            self.worker_errors = {**self.worker_errors, **result.errors}
+            self.submitted_sources += list(result.states)
+            self.completed_sources += result.sources(COMPLETED)
+            self.pending_sources += result.sources(PENDING)
+            self.failed_sources += result.sources(FAILED)
+        else:
+            self.retrieval_policy = result.policy
+            self.retrieval_finish_reason = result.finish_reason
+            self.policy_satisfied = result.policy_satisfied
+            self.retrieval_wait_ms = result.wait_ms
+            self.worker_ms = result.worker_ms
+            self.worker_errors = result.errors
+            self.submitted_sources = list(result.states)
+            self.completed_sources = result.sources(COMPLETED)
+            self.pending_sources = result.sources(PENDING)
+            self.failed_sources = result.sources(FAILED)
         self.completed_task_count = len(self.completed_sources)
         self.pending_task_count = len(self.pending_sources)
         self.failed_task_count = len(self.failed_sources)

@@ -168,6 +168,7 @@ class QueryPipeline:
         query, rows = self.process(request, diag)
         if request.embedding is None and self.config.overlap_embedding:
             query, route, names = self.route(query, request.workers, diag)
+            names = self.leave_out_auxiliary(names, query, rows, request, diag)
             if not self.relevance_applies(query):
                 return self.retrieve_overlapped(query, route, names, rows, request, diag)
             vector = self.embed_unbudgeted(query.normalized, None, diag)
@@ -279,6 +280,7 @@ class QueryPipeline:
     ) -> Retrieval:
         """Route, relevance pool, shards, workers, final CTE, cross-encoder and type filter."""
         query, route, names = self.route(query, request.workers, diag)
+        names = self.leave_out_auxiliary(names, query, rows, request, diag)
         return self.retrieve_routed(query, route, names, vector, rows, request, diag)
 
     def retrieve_routed(
@@ -299,7 +301,7 @@ class QueryPipeline:
         if diag.relevance_fast_path:
             names = []
         hits.update(self.run_workers(names, ctx, diag))
-        return self.finish_retrieval(query, route, hits, t0, diag, request)
+        return self.finish_retrieval(query, route, hits, t0, diag, request, ctx)
 
     def retrieve_overlapped(
         self,
@@ -334,11 +336,11 @@ class QueryPipeline:
         diag.embedding_overlapped = True
         if not names:
             running.finish()
-            return self.finish_retrieval(query, route, self._no_workers(diag), t0, diag, request)
+            return self.finish_retrieval(query, route, self._no_workers(diag), t0, diag, request, ctx)
         result = running.finish()
         result.states = {name: result.states[name] for name in names}  # the route's order, as submitted
         hits = self._record(result, db, diag)
-        return self.finish_retrieval(query, route, dict(hits), t0, diag, request)
+        return self.finish_retrieval(query, route, dict(hits), t0, diag, request, ctx)
 
     def finish_retrieval(
         self,
@@ -348,19 +350,62 @@ class QueryPipeline:
         t0: float,
         diag: Diagnostics,
         request: QueryRequest,
+        ctx: WorkerContext,
     ) -> Retrieval:
-        """After the workers: the final CTE, current facts first, the cross-encoder and the type filter."""
+        """After the workers: the final CTE, current facts first, the cross-encoder and the type filter.
+        Where the auxiliary workers were left out (leave_out_auxiliary) and their candidates could be
+        among those returned after all, they run now and the final CTE runs again with their hits."""
         diag.worker_hits = {k: len(v) for k, v in hits.items()}
         diag.retrieval_ms = _ms(t0)
+        candidates = self.final_candidates(query, hits, diag, request)
+        if diag.skipped_sources and not _decided_without_auxiliary(candidates, request.top_k):
+            skipped, diag.skipped_sources = diag.skipped_sources, []
+            hits = {**hits, **self.run_workers(skipped, ctx, diag, more=True)}
+            diag.worker_hits = {k: len(v) for k, v in hits.items()}
+            diag.retrieval_ms = _ms(t0)
+            candidates = self.final_candidates(query, hits, diag, request)
+        candidates = self.cross_encode(query, candidates, diag)
+        candidates, diag.type_filter_applied = filter_by_type(candidates, query.memory_type_hint)
+        return Retrieval(query, route, candidates, diag.submitted_sources)
+
+    def final_candidates(
+        self, query: ProcessedQuery, hits: dict[str, list[SourceHit]], diag: Diagnostics, request: QueryRequest
+    ) -> list[CandidateRecord]:
+        """The final CTE's candidates in retrieval order, current facts first."""
         found = self.candidates(
             hits, query.tenant, diag, query.validity, embeddings=self.ranks(request),
             fetch=self.fetch_limit(request), prefer_type=query.memory_type_hint,
         )  # fmt: skip
-        candidates = retrieval_order(found)
-        candidates = prefer_current_facts(candidates)
-        candidates = self.cross_encode(query, candidates, diag)
-        candidates, diag.type_filter_applied = filter_by_type(candidates, query.memory_type_hint)
-        return Retrieval(query, route, candidates, diag.submitted_sources)
+        return prefer_current_facts(retrieval_order(found))
+
+    def leave_out_auxiliary(
+        self,
+        names: Sequence[str],
+        query: ProcessedQuery,
+        rows: Mapping[str, int],
+        request: QueryRequest,
+        diag: Diagnostics,
+    ) -> list[str]:
+        """The route's workers without its auxiliary ones (no weight in the retrieval score: graph,
+        phrase) where nothing reads what they add. Such a worker changes a retrieval-only answer only
+        through the candidates it alone finds, which rank after every candidate with a fused score or a
+        vector distance (sql/final_candidates.sql's order), or through the type filter. So for a query
+        that returns its top_k memories and nothing else (fetch_limit), with no type hint and no
+        workers of the caller's, whose searched shards hold at least top_k of the tenant's memories,
+        they are left out (diagnostics: skipped_sources); should the first top_k candidates then not all
+        have a score or a distance, they run after all (finish_retrieval). The memories returned, and
+        their order and retrieval scores, are the same; their `sources` do not name the workers left out."""
+        cfg = self.config
+        if not cfg.skip_auxiliary_workers or request.workers is not None or query.memory_type_hint:
+            return list(names)
+        if self.fetch_limit(request) is None or "vector" not in names:
+            return list(names)
+        weights = self.registry.weights(cfg.fusion_method)
+        auxiliary = [n for n in names if n != "vector" and weights.get(n, 0.0) == 0.0]
+        if not auxiliary or sum(rows.values()) < request.top_k:
+            return list(names)
+        diag.skipped_sources = auxiliary
+        return [n for n in names if n not in auxiliary]
 
     def route(
         self, query: ProcessedQuery, workers: Sequence[str] | None, diag: Diagnostics
@@ -422,15 +467,18 @@ class QueryPipeline:
         """One scheduler task per worker, bound to the query's context."""
         return {name: _bind(self.registry[name](), ctx) for name in names}
 
-    def run_workers(self, names: Sequence[str], ctx: WorkerContext, diag: Diagnostics) -> dict[str, list[SourceHit]]:
-        """The workers, concurrently under the completion policy; the completed ones' hits."""
+    def run_workers(
+        self, names: Sequence[str], ctx: WorkerContext, diag: Diagnostics, *, more: bool = False
+    ) -> dict[str, list[SourceHit]]:
+        """The workers, concurrently under the completion policy; the completed ones' hits. `more`:
+        workers run after others of the query (finish_retrieval), recorded beside them."""
         if not names:
             return self._no_workers(diag)
         db = self.read_db
         result = self.scheduler.run(
             self.tasks(names, ctx), tenant=ctx.query.tenant, deadline_ms=self.config.retrieval_deadline_ms, db=db
         )
-        return self._record(result, db, diag)
+        return self._record(result, db, diag, more=more)
 
     def _no_workers(self, diag: Diagnostics) -> dict[str, list[SourceHit]]:
         diag.retrieval_policy = self.scheduler.policy.name
@@ -438,8 +486,10 @@ class QueryPipeline:
         diag.policy_satisfied = True
         return {}
 
-    def _record(self, result: SchedulerResult, db: Database, diag: Diagnostics) -> dict[str, list[SourceHit]]:
-        diag.record_scheduler(result)
+    def _record(
+        self, result: SchedulerResult, db: Database, diag: Diagnostics, *, more: bool = False
+    ) -> dict[str, list[SourceHit]]:
+        diag.record_scheduler(result, more=more)
         if result.broken and db is not self.db:  # a standby failed under them: QueryPipeline.read runs again
             raise ReplicaFailed(f"workers {', '.join(result.broken)} lost their standby connection")
         return result.hits
@@ -761,3 +811,11 @@ def _bind(worker: Worker, ctx: WorkerContext) -> Task | Parts:
 
 def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000
+
+
+def _decided_without_auxiliary(candidates: Sequence[CandidateRecord], top_k: int) -> bool:
+    """Whether the first `top_k` candidates are those of the query with its auxiliary workers too
+    (leave_out_auxiliary): there are that many, and each has a fused score or a vector distance, so no
+    candidate an auxiliary worker alone would find (no score, no distance) ranks before any of them."""
+    head = candidates[:top_k]
+    return len(head) >= top_k and all(c.retrieval_score > 0 or "vector_distance" in c.scores for c in head)
