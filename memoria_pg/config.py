@@ -155,10 +155,10 @@ class Config:
     # beside their statements instead of before them (not for a typed query the relevance pool may
     # answer alone: it needs the vector first). README: "The query path".
     overlap_embedding: bool = True
-    # A query that returns only its top_k memories (retrieval-only, no candidate list, no trace) and
-    # has no type hint leaves out the route's auxiliary workers (graph, phrase: no weight in the
-    # retrieval score), whose candidates would rank after every one returned; they run after all when
-    # that does not hold. The same memories, order and scores. README: "The query path".
+    # A query that returns only its top_k memories (retrieval-only, no candidate list, no trace)
+    # leaves out the route's auxiliary workers (graph, phrase: no weight in the retrieval score), whose
+    # candidates would rank after every one returned; they run after all when that does not hold
+    # (QueryPipeline.leave_out_auxiliary). The same memories, order and scores. README: configuration.
     skip_auxiliary_workers: bool = True
     use_age: bool = True  # use AGE for the graph worker when the server has it
     plugins: str | None = None  # "module:function[,module:function]"; each receives the PluginRegistry

@@ -299,7 +299,7 @@ class QueryPipeline:
         t0 = time.perf_counter()
         hits = self.relevance(query, vector, request.top_k, diag)
         if diag.relevance_fast_path:
-            names = []
+            names, diag.skipped_sources = [], []  # no worker runs: the pool answers
         hits.update(self.run_workers(names, ctx, diag))
         return self.finish_retrieval(query, route, hits, t0, diag, request, ctx)
 
@@ -358,7 +358,7 @@ class QueryPipeline:
         diag.worker_hits = {k: len(v) for k, v in hits.items()}
         diag.retrieval_ms = _ms(t0)
         candidates = self.final_candidates(query, hits, diag, request)
-        if diag.skipped_sources and not _decided_without_auxiliary(candidates, request.top_k):
+        if diag.skipped_sources and not _decided_without_auxiliary(candidates, request.top_k, query, ctx):
             skipped, diag.skipped_sources = diag.skipped_sources, []
             hits = {**hits, **self.run_workers(skipped, ctx, diag, more=True)}
             diag.worker_hits = {k: len(v) for k, v in hits.items()}
@@ -389,14 +389,15 @@ class QueryPipeline:
         """The route's workers without its auxiliary ones (no weight in the retrieval score: graph,
         phrase) where nothing reads what they add. Such a worker changes a retrieval-only answer only
         through the candidates it alone finds, which rank after every candidate with a fused score or a
-        vector distance (sql/final_candidates.sql's order), or through the type filter. So for a query
-        that returns its top_k memories and nothing else (fetch_limit), with no type hint and no
-        workers of the caller's, whose searched shards hold at least top_k of the tenant's memories,
-        they are left out (diagnostics: skipped_sources); should the first top_k candidates then not all
-        have a score or a distance, they run after all (finish_retrieval). The memories returned, and
-        their order and retrieval scores, are the same; their `sources` do not name the workers left out."""
+        vector distance (sql/final_candidates.sql's order), and through the type filter, which such a
+        candidate of the hinted type can switch on. So for a query that returns its top_k memories and
+        nothing else (fetch_limit), with no workers of the caller's, whose searched shards hold at least
+        top_k of the tenant's memories, they are left out (diagnostics: skipped_sources); should the
+        answer then not be decided without them (_decided_without_auxiliary), they run after all
+        (finish_retrieval). The memories returned, and their order and retrieval scores, are the same;
+        their `sources` do not name the workers left out."""
         cfg = self.config
-        if not cfg.skip_auxiliary_workers or request.workers is not None or query.memory_type_hint:
+        if not cfg.skip_auxiliary_workers or request.workers is not None:
             return list(names)
         if self.fetch_limit(request) is None or "vector" not in names:
             return list(names)
@@ -813,9 +814,17 @@ def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
-def _decided_without_auxiliary(candidates: Sequence[CandidateRecord], top_k: int) -> bool:
-    """Whether the first `top_k` candidates are those of the query with its auxiliary workers too
-    (leave_out_auxiliary): there are that many, and each has a fused score or a vector distance, so no
-    candidate an auxiliary worker alone would find (no score, no distance) ranks before any of them."""
-    head = candidates[:top_k]
+def _decided_without_auxiliary(
+    candidates: Sequence[CandidateRecord], top_k: int, query: ProcessedQuery, ctx: WorkerContext
+) -> bool:
+    """Whether the first `top_k` memories returned are those of the query with its auxiliary workers too
+    (leave_out_auxiliary): after the type filter there are that many, each with a fused score or a
+    vector distance, so no candidate an auxiliary worker alone would find (no score, no distance)
+    ranks before any of them; and a type filter that did not apply could not have applied with them
+    (the tenant has no memory of the hinted type)."""
+    hint = query.memory_type_hint
+    kept, applied = filter_by_type(list(candidates), hint)
+    if hint and not applied and (ctx.tenant_rows is None or ctx.tenant_rows.get(hint, 0) > 0):
+        return False
+    head = kept[:top_k]
     return len(head) >= top_k and all(c.retrieval_score > 0 or "vector_distance" in c.scores for c in head)
