@@ -391,9 +391,10 @@ class QueryPipeline:
         through the candidates it alone finds, which rank after every candidate with a fused score or a
         vector distance (sql/final_candidates.sql's order), and through the type filter, which such a
         candidate of the hinted type can switch on. So for a query that returns its top_k memories and
-        nothing else (fetch_limit), with no workers of the caller's, whose searched shards hold at least
-        top_k of the tenant's memories, they are left out (diagnostics: skipped_sources); should the
-        answer then not be decided without them (_decided_without_auxiliary), they run after all
+        nothing else (fetch_limit), with no workers of the caller's, whose tenant holds at least top_k
+        memories (a cheap bound: the check after the final CTE decides), they are left out
+        (diagnostics: skipped_sources); should the answer then not be decided without them
+        (_decided_without_auxiliary), they run after all
         (finish_retrieval). The memories returned, and their order and retrieval scores, are the same;
         their `sources` do not name the workers left out."""
         cfg = self.config
