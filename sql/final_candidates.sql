@@ -20,8 +20,9 @@
 --            of the best hit: it is the one signal of the lists that is on an absolute scale (a
 --            cosine of one model), and within four of the five dev sets (not HotpotQA) queries with a
 --            closer best vector hit are those where the vector source does better. The two numbers
---            (0.3, 2.0: a BM25 weight of 0.5 falls to 0.1 at d1 = 0.1, to 0 at d1 <= 0.05) were
---            chosen by leave-one-set-out over the five dev sets (README, "Fusion"; benchmarks/fusion_lab.py). No labels, no state:
+--            (0.25, 6.0: a BM25 weight of 0.5 falls to 0.2 at d1 = 0.2, to 0 at d1 <= 0.17) were
+--            chosen by leave-one-set-out over the five dev sets (README, "Fusion"; benchmarks/fusion_lab.py),
+--            on the Snowball-stemmed BM25 of migration 0021 (0.3, 2.0 before it). No labels, no state:
 --            one aggregate over the hits, so the statement costs what it did.
 --   'rrf':   sum over sources of weight / (rrf_k + rank) for ranks <= %(depth)s (weights as declared).
 -- Rows: every capped candidate valid at the query time, in retrieval order. A retrieval-only query as of

@@ -49,12 +49,12 @@ def test_defaults_are_the_leave_one_set_out_choice():
     assert (DEFAULT_SHIFT.to, DEFAULT_SHIFT.from_, DEFAULT_SHIFT.near, DEFAULT_SHIFT.slope) == (
         "vector",
         "bm25",
-        0.3,
-        2.0,
+        0.25,
+        6.0,
     )
     assert DEFAULT_WORKERS.shift == DEFAULT_SHIFT
     params = final_cte_params({"vector": [hit(1, "vector", 1, 0.1)]}, DEFAULT_WORKERS, cap=5, rrf_k=60, depth=20)
-    assert params["shift_near"] == 0.3 and params["shift_slope"] == 2.0
+    assert params["shift_near"] == 0.25 and params["shift_slope"] == 6.0
 
 
 def test_a_far_best_vector_hit_keeps_the_declared_weights(system, four):
@@ -68,7 +68,7 @@ def test_a_far_best_vector_hit_keeps_the_declared_weights(system, four):
 def test_a_near_vector_match_takes_weight_from_bm25(system, four):
     a, b, c, d = four
     score = fused(system, lists(a, b, c, d, best_distance=0.2))
-    shift = 2.0 * (0.3 - 0.2)  # slope * (near - d1)
+    shift = 6.0 * (0.25 - 0.2)  # slope * (near - d1)
     assert score[a] == pytest.approx(0.5 + shift)
     assert score[c] == pytest.approx(0.5 - shift)
     assert score[b] == pytest.approx((0.5 + shift) * 0.5)  # the last of two is worth half
@@ -80,7 +80,7 @@ def test_a_near_vector_match_takes_weight_from_bm25(system, four):
 
 def test_the_shift_never_takes_more_than_bm25s_weight(system, four):
     a, b, c, d = four
-    score = fused(system, lists(a, b, c, d, best_distance=0.0))  # 2.0 * 0.3 = 0.6 > 0.5
+    score = fused(system, lists(a, b, c, d, best_distance=0.0))  # 6.0 * 0.25 = 1.5 > 0.5
     assert score[a] == pytest.approx(1.0)
     assert score[c] == pytest.approx(0.0, abs=1e-12)
     # BM25's hits stay candidates; with no weight they follow, by the fallback order
