@@ -160,7 +160,7 @@ def _fusion_protocol(report: EvalReport, path: Path = LOSO_FILE) -> list[str]:
         "final (this run)",
         "vector alone",
         "BM25 alone",
-        "before #14",
+        "the engine when captured",
     ]
     return [f"Family: {loso['family']}; final parameters, chosen on all five: {final}.", "", *_table(header, rows)]
 
