@@ -41,7 +41,8 @@ def normalize(text: str) -> str:
 
 # The BM25 terms are Snowball (Porter 2) English stems: "painting", "painted" and "paints" are one
 # term, "hiking" and "hike", "cities" and "city". Before migration 0021 a light plural stemmer ("dogs"
-# -> "dog", nothing else); the Snowball stems gained on every dev set (README, "Why these defaults").
+# -> "dog", nothing else); the Snowball stems won or tied every dev set's main metric (README, "Why
+# these defaults", which also says the one figure that fell).
 # PyStemmer's Stemmer is not safe to share between threads: one per thread.
 _STEMMERS = threading.local()
 

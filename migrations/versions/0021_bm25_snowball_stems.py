@@ -16,8 +16,8 @@ entities, attributes, the graph, the phrase worker's tsvector.
 
 The upgrade reads every memory once (a server-side cursor, 2,000 rows a fetch) and rewrites the three
 tables in one transaction; queries and writes of every tenant wait for it (TRUNCATE's lock). On the
-benchmarks' 100k realistic memories it took about a minute: on a large database run it in a quiet
-period. The downgrade derives them again with the light plural stemmer the tokenizer had before
+benchmarks' 100k realistic memories (5.69M postings) it took 75 s on two loaded cores: on a large
+database run it in a quiet period. The downgrade derives them again with the light plural stemmer the tokenizer had before
 (kept here as it was), for the library versions before this one. Library versions before this
 migration tokenize queries the old way: upgrade the library and the schema together.
 
