@@ -24,6 +24,9 @@ from memoria_pg.query.processor import QueryProcessor, subject_attribute
 
 N = 100_000
 BUDGET_S = 3.0  # for everything extracted from one 100k text, store and query side (takes ~0.3 s)
+# CPU is read with time.thread_time(): this thread's, not the process's. Threads other tests left
+# running (pools' background ends, an ONNX session's workers) once charged 20 s of process CPU to a
+# 0.3 s extraction when the whole suite ran in one process.
 WORDS = " named called lives works born from married likes prefers 5 's my dog where does what is"
 
 
@@ -82,10 +85,10 @@ def extract_everything(text: str) -> None:
 def test_adversarial_100k_texts_are_extracted_in_linear_time(shape: str) -> None:
     text = adversarial()[shape]
     assert len(text) <= N
-    started = time.process_time()
+    started = time.thread_time()
     with time_limit(BUDGET_S * 3):
         extract_everything(text)
-    assert time.process_time() - started < BUDGET_S, shape
+    assert time.thread_time() - started < BUDGET_S, shape
 
 
 WORD_TOKENS = [
@@ -105,9 +108,9 @@ phrases = st.lists(st.sampled_from(WORD_TOKENS), max_size=6).map(" ".join)
 def cpu_seconds(f: Callable[[], None], repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
-        started = time.process_time()
+        started = time.thread_time()
         f()
-        best = min(best, time.process_time() - started)
+        best = min(best, time.thread_time() - started)
     return best
 
 
