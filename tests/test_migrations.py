@@ -142,8 +142,9 @@ def test_0003_closes_the_graph_and_its_downgrade_restores_0001s_grants(empty_dsn
         assert at_head != at_0001
         assert scalar(empty_dsn, app_on_graph) is False
         assert scalar(empty_dsn, functions) == 4
-    else:  # no graph: 0003 does nothing
-        assert at_head == at_0001 and scalar(empty_dsn, functions) == 0
+    else:  # no graph: 0003 does nothing (0004-0008 add tables of their own, memory_access among them)
+        assert {k: v for k, v in at_head.items() if k in at_0001} == at_0001
+        assert scalar(empty_dsn, functions) == 0
     migrate.downgrade(empty_dsn, "0002")
     assert acls(empty_dsn) == at_0001
     assert scalar(empty_dsn, functions) == 0

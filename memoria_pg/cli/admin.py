@@ -67,6 +67,7 @@ def server_status(ctx: click.Context) -> None:
 def doctor(ctx: click.Context) -> None:
     """Check the server: version, extensions (vector required, AGE optional), schema revision."""
     from ..db import VECTOR_HELP, detect_capabilities, migrate
+    from ..db.resources import head_revision
 
     cfg = config_of(ctx)
     dsn = dsn_for(cfg)
@@ -79,7 +80,15 @@ def doctor(ctx: click.Context) -> None:
         f"Apache AGE:    {caps.age or ('available' if caps.age_available else 'not installed (graph worker uses SQL)')}"
     )
     click.echo(f"graph backend: {caps.graph_backend}")
-    click.echo(f"schema:        {migrate.current(dsn) or 'not installed (run: memoria-pg db upgrade)'}")
+    revision = migrate.current(dsn)
+    if revision is None:
+        click.echo("schema:        not installed (run: memoria-pg db upgrade)")
+    elif revision < head_revision():
+        click.echo(f"schema:        {revision}, behind this library's {head_revision()} (run: memoria-pg db upgrade)")
+    elif revision > head_revision():
+        click.echo(f"schema:        {revision}, newer than this library's {head_revision()} (upgrade memoria-pg)")
+    else:
+        click.echo(f"schema:        {revision}")
     if not caps.vector_available:
         raise click.ClickException(VECTOR_HELP)
 

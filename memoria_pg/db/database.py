@@ -20,12 +20,14 @@ import orjson
 import psycopg
 import psycopg_pool
 from pgvector.psycopg import register_vector
+from psycopg import sql
 from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 from psycopg.types.json import set_json_loads
 
 from ..errors import ExtensionMissing, PoolTimeout, SchemaError, ServerError, first_line
 from .budget import QueryBudget, current_budget
 from .pipeline import answered, tenant_block
+from .resources import LEGACY_VERSION_TABLE, VERSION_TABLE, head_revision, known_revisions
 
 APP_ROLE = "memoria_app"
 # The tenant write lock: a transaction-level advisory lock on (TENANT_LOCK_CLASS, hashtext(tenant)).
@@ -62,6 +64,8 @@ class Capabilities:
     age: str | None  # installed AGE version
     age_available: bool
     schema_ready: bool
+    # The revision memoria-pg's migrations recorded (db/migrate.VERSION_TABLE; None: not recorded there)
+    schema_revision: str | None = None
 
     @property
     def graph_backend(self) -> str:
@@ -83,6 +87,7 @@ def detect_capabilities(conn: psycopg.Connection) -> Capabilities:
     available = {name: version for name, version in rows}
     version = scalar(conn, "SHOW server_version")
     schema = scalar(conn, "SELECT to_regclass('memoria.memories') IS NOT NULL")
+    revision = schema_revision(conn) if schema else None
     graph = False
     if available.get("age"):
         graph = scalar(conn, "SELECT to_regclass('memoria_graph.\"Entity\"') IS NOT NULL")
@@ -94,6 +99,41 @@ def detect_capabilities(conn: psycopg.Connection) -> Capabilities:
         age=available.get("age") if graph else None,
         age_available="age" in available,
         schema_ready=bool(schema),
+        schema_revision=revision,
+    )
+
+
+def schema_revision(conn: psycopg.Connection) -> str | None:
+    """The schema revision memoria-pg's migrations recorded (None: none; migrate.current). Without
+    Alembic: this library's revisions are told by their migrations' file names (known_revisions), so
+    that a revision another application recorded in public.alembic_version does not count."""
+    known = known_revisions()
+    for table in (VERSION_TABLE, LEGACY_VERSION_TABLE):
+        if scalar(conn, "SELECT to_regclass(%s)", (f"public.{table}",)) is None:
+            continue
+        rows = conn.execute(sql.SQL("SELECT version_num FROM public.{}").format(sql.Identifier(table))).fetchall()
+        ours = [str(r[0]) for r in rows if table == VERSION_TABLE or r[0] in known]
+        if ours:
+            return ours[0]
+    return None
+
+
+def schema_revision_note(revision: str | None) -> str | None:
+    """What to tell a user whose database schema is not at this library's revision (None: it is, or
+    none is recorded)."""
+    head = head_revision()
+    if revision is None or revision == head:
+        return None
+    if revision < head:
+        return (
+            f"the database schema is at revision {revision}, older than this library's {head}: run "
+            "`memoria-pg db upgrade` (or MemorySystem.migrate()). Until then what the newer revisions "
+            "changed is missing or differs: from 0021 on, a query's BM25 terms are Snowball stems, which "
+            "an older database's postings are not, so BM25 finds fewer memories"
+        )
+    return (
+        f"the database schema is at revision {revision}, newer than this library's {head}: upgrade "
+        "memoria-pg to the version that migrated it (an older library may misread what the newer revisions changed)"
     )
 
 
@@ -131,6 +171,9 @@ class Database:
                     "the memoria schema is not installed in this database: run `memoria-pg db upgrade` "
                     "(or MemorySystem.migrate())"
                 )
+            note = schema_revision_note(capabilities.schema_revision)
+            if note is not None:
+                _log.warning(note)
             standby = False
         else:
             standby = True

@@ -9,18 +9,10 @@ from typing import TextIO
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from psycopg import sql
 
 from ..errors import ExtensionMissing
-from .database import VECTOR_HELP, connect, scalar
-from .resources import migrations_dir
-
-# Alembic's record of the schema's revision: a table of its own, not Alembic's default public.alembic_version,
-# which the application whose database memoria-pg shares may keep for its own migrations (the two
-# histories would then read each other's revision: "Can't locate revision"). In public, not in schema
-# memoria, which the first migration creates and the last downgrade drops.
-VERSION_TABLE = "memoria_alembic_version"
-LEGACY_VERSION_TABLE = "alembic_version"  # where revisions up to 0019 recorded it (adopt_version_table)
+from .database import VECTOR_HELP, connect, scalar, schema_revision
+from .resources import LEGACY_VERSION_TABLE, VERSION_TABLE, migrations_dir
 
 
 def alembic_config(
@@ -52,14 +44,7 @@ def current(dsn: str) -> str | None:
     """The schema's revision (None: not installed). Read only: a revision still recorded where
     releases up to 0019 kept it counts until the next upgrade or downgrade moves it."""
     with connect(dsn, autocommit=True) as conn:
-        for table in (VERSION_TABLE, LEGACY_VERSION_TABLE):
-            if scalar(conn, "SELECT to_regclass(%s)", (f"public.{table}",)) is None:
-                continue
-            rows = conn.execute(sql.SQL("SELECT version_num FROM public.{}").format(sql.Identifier(table))).fetchall()
-            ours = [r[0] for r in rows if table == VERSION_TABLE or r[0] in revisions()]
-            if ours:
-                return str(ours[0])
-        return None
+        return schema_revision(conn)
 
 
 @functools.cache
