@@ -10,7 +10,6 @@ import json
 
 import numpy as np
 import psycopg
-import psycopg.sql
 import pytest
 from click.testing import CliRunner
 
@@ -21,8 +20,7 @@ from memoria_pg.core.text import tokenize
 from memoria_pg.core.types import ProcessedQuery, Shard
 from memoria_pg.db import migrate, vector_indexes
 from memoria_pg.errors import ServerError
-from memoria_pg.query.processor import TableLookup
-from memoria_pg.query.shards import ALL, tenant_rows
+from memoria_pg.query.shards import ALL
 from memoria_pg.query.workers import WorkerContext
 from memoria_pg.query.workers.vector import VectorWorker
 from memoria_pg.system import MemorySystem
@@ -223,7 +221,7 @@ def test_the_cli_builds_lists_as_json_and_dry_runs(big, dsn):
         {"tenant": "big", "memory_type": "general", "memories": 30, "action": "build",
          "index": vector_indexes.index_name("big", "general")}
     ]  # fmt: skip
-    assert "build memories_vh_" in built.stderr
+    assert "build memories_vec_" in built.stderr
     bad = invoke("--tenant", "")
     assert bad.exit_code != 0 and "tenant must be a non-empty string" in bad.output
 
@@ -319,13 +317,10 @@ def test_0016_drops_the_shared_index_both_ways_under_data(big, dsn):
     migrate.downgrade(dsn, "0015")
     partitions = shared_hnsw(dsn)
     assert "memories_general" in partitions and "memories_default" in partitions  # every shard's again
-    # the tenants' own went with 0022's downgrade (the library before it cannot use half precision)
-    assert all(index_of(dsn, name) is None for name in names.values())
+    assert all(index_of(dsn, name) is not None for name in names.values())  # the tenants' own stay
     migrate.upgrade(dsn)
-    assert shared_hnsw(dsn) == [] and recorded(dsn) == {}
+    assert shared_hnsw(dsn) == [] and recorded(dsn) == names
     with MemorySystem(big.config, embedder=HashEmbedder(), auto_migrate=False) as system:
-        system.sync_vector_indexes()
-        assert recorded(dsn) == names
         plan, after, _ = hnsw_plan_and_hits(system, "big", query, Shard("general"))
     assert names[("big", "general")] in plan
     assert [h.memory_id for h in after] == [h.memory_id for h in before]
@@ -379,8 +374,7 @@ def test_v3_searches_a_large_tenant_with_the_vector_worker_and_explain_shows_it(
     assert response.diagnostics.worker_hits == {"vector": 25}
     text = big.explain(response)
     assert "the tenant is above vector_exact_max_rows" in text
-    # the worker's HNSW form on the half-precision index (at 25 memories planned as a sort)
-    assert "ORDER BY m.embedding::halfvec(384) <=>" in text
+    assert "ORDER BY m.embedding <=>" in text  # the worker's HNSW form (at 25 memories planned as a sort)
     within = big.query("point", tenant="big", embedding=query, v4=False, ranking=False, top_k=5)
     assert "the tenant is above" not in big.explain(within) and within.diagnostics.worker_hits == {"vector": 35}
 
@@ -418,83 +412,3 @@ def test_the_sync_analyzes_what_it_built_on_so_a_fresh_load_takes_its_index(conf
         plan, hits, exact = hnsw_plan_and_hits(system, "bulk", vectors[0], Shard("general"))
     assert f"Index Scan using {vector_indexes.index_name('bulk', 'general')}" in plan, plan
     assert hits[0].memory_id == exact[0].memory_id  # the vector itself, first
-
-
-def legacy_index(dsn: str, tenant: str, memory_type: str, rows: int) -> str:
-    """The index a release before 0022 built for (tenant, type), full precision, recorded as it did."""
-    name = vector_indexes.legacy_index_name(tenant, memory_type)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            psycopg.sql.SQL(
-                "CREATE INDEX {} ON {} USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64) "
-                "WHERE tenant = {}"
-            ).format(
-                psycopg.sql.Identifier(name),
-                psycopg.sql.Identifier("memoria", f"memories_{memory_type}"),
-                psycopg.sql.Literal(tenant),
-            )
-        )
-        conn.execute(
-            "INSERT INTO memoria.vector_indexes (tenant, memory_type, index_name, rows_at_build) VALUES (%s, %s, %s, %s)",
-            (tenant, memory_type, name, rows),
-        )
-    return name
-
-
-def half_indexed(system: MemorySystem, tenant: str, bound: int) -> tuple[frozenset[str], frozenset[str]]:
-    """What the query path learns of the tenant's half-precision indexes: from the entity lookup's
-    statement and from tenant_rows'."""
-    with system.db.transaction(tenant) as conn:
-        lookup = TableLookup(conn, bound)
-        lookup(["point"])
-        assert lookup.rows is not None
-        return lookup.rows.half_indexed, tenant_rows(conn, bound).half_indexed
-
-
-def test_an_index_of_the_old_form_serves_until_the_sync_builds_the_half_precision_one(big, dsn):
-    """Across 0022: a full-precision index a release before it built keeps serving its tenant (the
-    worker orders by the full-precision distance there), the next sync builds the half-precision one
-    and drops it, and from then on the worker orders by the index's halfvec expression. Both find
-    what the exact search finds, with its full-precision distances."""
-    query = unit(1, 9)[0]
-    legacy = legacy_index(dsn, "big", "general", 30)
-    assert half_indexed(big, "big", BOUND) == (frozenset(), frozenset())
-    plan, hits, exact = hnsw_plan_and_hits(big, "big", query, Shard("general"))
-    assert f"Index Scan using {legacy}" in plan and "halfvec" not in plan, plan
-    assert [(h.memory_id, h.score) for h in hits] == [(h.memory_id, h.score) for h in exact]
-
-    new = vector_indexes.index_name("big", "general")
-    actions = {(a.tenant, a.memory_type): a for a in big.sync_vector_indexes()}
-    assert actions[("big", "general")].action == "build" and actions[("big", "general")].replaces == legacy
-    assert actions[("big", "general")].index_name == new
-    assert index_of(dsn, legacy) is None and index_of(dsn, new)[2] and recorded(dsn)[("big", "general")] == new
-    assert half_indexed(big, "big", BOUND) == (frozenset({"general"}), frozenset({"general"}))
-    assert half_indexed(big, "big", 30) == (frozenset(), frozenset())  # looked for above the bound only
-
-    plan, hits, exact = hnsw_plan_and_hits(big, "big", query, Shard("general"))
-    assert f"Index Scan using {new}" in plan and "::halfvec(384)" in plan, plan
-    assert [(h.memory_id, h.score) for h in hits] == [(h.memory_id, h.score) for h in exact]
-    # the whole table: fact (5 memories) has no index, general has the half one: one branch each
-    plan, hits, exact = hnsw_plan_and_hits(big, "big", query, ALL)
-    assert f"Index Scan using {new}" in plan, plan
-    assert [(h.memory_id, h.score) for h in hits] == [(h.memory_id, h.score) for h in exact]
-    assert [a.action for a in big.sync_vector_indexes()] == ["keep", "keep"]
-
-
-def test_0022_down_drops_the_half_precision_indexes_and_up_lets_the_sync_build_them_again(big, dsn):
-    big.sync_vector_indexes()
-    names = recorded(dsn)
-    assert all(name.startswith("memories_vh_") and index_of(dsn, name)[2] for name in names.values())
-    big.close()
-    migrate.downgrade(dsn, "0021")
-    assert recorded(dsn) == {} and all(index_of(dsn, name) is None for name in names.values())
-    with psycopg.connect(dsn, autocommit=True) as conn, pytest.raises(psycopg.errors.CheckViolation):
-        conn.execute(
-            "INSERT INTO memoria.vector_indexes (tenant, memory_type, index_name, rows_at_build) "
-            "VALUES ('big', 'general', %s, 30)",
-            (names[("big", "general")],),
-        )
-    migrate.upgrade(dsn)
-    with MemorySystem(big.config, embedder=HashEmbedder(), auto_migrate=False) as system:
-        assert {a.action for a in system.sync_vector_indexes()} == {"build"}
-    assert recorded(dsn) == names

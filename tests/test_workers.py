@@ -133,7 +133,7 @@ def test_vector_limit_above_ef_search_is_honoured(config):
         with system.db.transaction("t") as conn:
             ((text, params),) = VectorWorker().statements_for(conn, ctx)
             plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + text, params))
-        assert "Index Scan using memories_vh_" in plan, plan  # the graph, not a sort of all 1,500
+        assert "Index Scan using memories_vec_" in plan, plan  # the graph, not a sort of all 1,500
         hits = run(system, VectorWorker(), processed("bulk"), embedding=query, limit=60)
     assert len(hits) == 60
 

@@ -3,24 +3,17 @@
 The vector worker searches a tenant's memories of a type exactly up to `vector_exact_max_rows` and with
 HNSW above. There is no shared HNSW index (migration 0016 dropped the shards' one: every insert paid
 for it and only large tenants read it, through a graph of which they owned a fraction). `sync` gives
-each (tenant, memory type) above the bound a partial HNSW index on the type's partition, over the
-vectors in half precision,
+each (tenant, memory type) above the bound a partial HNSW index on the type's partition,
 
-    CREATE INDEX CONCURRENTLY memories_vh_<hash> ON memoria.memories_<type>
-        USING hnsw ((embedding::halfvec(384)) halfvec_cosine_ops) WITH (m = 16, ef_construction = 64)
+    CREATE INDEX CONCURRENTLY memories_vec_<hash> ON memoria.memories_<type>
+        USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)
         WHERE tenant = '<tenant>'
 
-and records it in memoria.vector_indexes. The vector worker's statement for it (sql/workers/vector_half.sql)
-orders by the same expression and names the tenant as a value, so its custom plan proves the predicate
-and the planner takes the tenant's own graph; the distances it returns are the full-precision ones of
-the rows found. Half precision halves the graph's size (what must stay in memory) and the bytes each
-search reads, at the same recall (README, "Why these defaults"). The query's lookup tells the worker
-which types have a valid index of this form (sql/query_lookup.sql: the name is a hash SQL can compute
-too, vector_indexes.index_name); the others, and a tenant without one yet (grown past the bound since the last
-sync), take sql/workers/vector.sql, whose order is the full-precision distance: an exact search (the
-covering index of 0004, then a sort; no recall lost, a cost that grows with the tenant until the
-next sync), or the full-precision index releases before this one built (memories_vec_<hash>), which
-sync replaces. An index whose (tenant, type) has fallen below half the
+and records it in memoria.vector_indexes. The vector worker's HNSW statement (sql/workers/vector.sql)
+names the tenant as a value, so its custom plan proves the predicate and the planner takes the
+tenant's own graph; a tenant without one yet (grown past the bound since the last sync) is searched
+exactly by the same statement (the covering index of 0004, then a sort): no recall lost, a cost that
+grows with the tenant until the next sync. An index whose (tenant, type) has fallen below half the
 bound (memories deleted, the tenant erased) is dropped, so a tenant hovering at the bound is not
 rebuilt back and forth.
 
@@ -51,8 +44,7 @@ from psycopg import sql
 from ..errors import SyncRunning
 from .database import Database, connect
 
-PREFIX = "memories_vh_"  # an index over half-precision vectors (halfvec_cosine_ops)
-LEGACY_PREFIX = "memories_vec_"  # over the full vectors (vector_cosine_ops): releases before the halfvec form
+PREFIX = "memories_vec_"
 REGISTRY_SINCE = 15  # the schema revision (0015) that added memoria.vector_indexes
 SHARED_HNSW_DROPPED = 16  # and the one (0016) that dropped the shards' shared HNSW index
 log = logging.getLogger(__name__)
@@ -89,11 +81,6 @@ VALUES (%(tenant)s, %(memory_type)s, %(index_name)s, %(rows)s)
 ON CONFLICT (tenant, memory_type) DO UPDATE
     SET index_name = excluded.index_name, rows_at_build = excluded.rows_at_build, built_at = now()
 """
-# the dimensions of memoria.memories.embedding (a vector's type modifier is its dimension count)
-_DIMS = """
-SELECT a.atttypmod FROM pg_catalog.pg_attribute a
-WHERE a.attrelid = 'memoria.memories'::regclass AND a.attname = 'embedding'
-"""
 _FORGET = "DELETE FROM memoria.vector_indexes WHERE tenant = %(tenant)s AND memory_type = %(memory_type)s"
 
 
@@ -104,10 +91,9 @@ class Action:
     tenant: str
     memory_type: str
     rows: int  # the tenant's memories of the type now
-    action: str  # "build" (none yet, an unusable one, or one of the legacy form), "drop" (below half the bound), "keep"
+    action: str  # "build" (none yet, or an unusable one), "drop" (below half the bound), "keep"
     index_name: str
     seconds: float | None = None  # how long the build or drop took (None: not done)
-    replaces: str | None = None  # a build's legacy-form index, dropped once the new one is recorded
 
     def line(self) -> str:
         """What was done, as the CLI reports it."""
@@ -118,15 +104,8 @@ class Action:
 
 
 def index_name(tenant: str, memory_type: str) -> str:
-    """The index of (tenant, memory type): a hash, so any tenant name gives a valid identifier. The
-    query's lookup computes the same name in SQL (sql/query_lookup.sql), hence a separator a text can
-    hold and a memory type cannot ("/")."""
-    return PREFIX + hashlib.sha256(f"{memory_type}/{tenant}".encode()).hexdigest()[:24]
-
-
-def legacy_index_name(tenant: str, memory_type: str) -> str:
-    """The name releases before the halfvec form gave the index of (tenant, memory type)."""
-    return LEGACY_PREFIX + hashlib.sha256(f"{tenant}\x00{memory_type}".encode()).hexdigest()[:24]
+    """The index of (tenant, memory type): a hash, so any tenant name gives a valid identifier."""
+    return PREFIX + hashlib.sha256(f"{tenant}\x00{memory_type}".encode()).hexdigest()[:24]
 
 
 def plan(conn: psycopg.Connection, min_rows: int, tenants: Iterable[str] | None = None) -> list[Action]:
@@ -143,8 +122,6 @@ def plan(conn: psycopg.Connection, min_rows: int, tenants: Iterable[str] | None 
         name, usable = recorded.get(key, (index_name(tenant, memory_type), False))
         if key in recorded and rows < floor:
             actions.append(Action(tenant, memory_type, rows, "drop", name))
-        elif name.startswith(LEGACY_PREFIX):  # the full-precision form: built again as halfvec
-            actions.append(Action(tenant, memory_type, rows, "build", index_name(tenant, memory_type), replaces=name))
         elif rows > min_rows or key in recorded:
             actions.append(Action(tenant, memory_type, rows, "keep" if usable else "build", name))
     return actions
@@ -206,23 +183,18 @@ def _build(conn: psycopg.Connection, action: Action) -> str:
     index = sql.Identifier("memoria", action.index_name)
     # an invalid leftover of a failed concurrent build (or a recorded index gone bad) goes first
     conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(index))
-    dims = int(conn.execute(_DIMS).fetchone()[0])  # type: ignore[index]
     conn.execute(
         sql.SQL(
-            "CREATE INDEX CONCURRENTLY {name} ON {partition}"
-            " USING hnsw ((embedding::halfvec({dims})) halfvec_cosine_ops)"
+            "CREATE INDEX CONCURRENTLY {name} ON {partition} USING hnsw (embedding vector_cosine_ops)"
             " WITH (m = 16, ef_construction = 64) WHERE tenant = {tenant}"
         ).format(
             name=sql.Identifier(action.index_name),
             partition=sql.Identifier("memoria", partition),
-            dims=sql.Literal(dims),
             tenant=sql.Literal(action.tenant),
         )
     )
     key = {"tenant": action.tenant, "memory_type": action.memory_type}
     conn.execute(_RECORD, {**key, "index_name": action.index_name, "rows": action.rows})
-    if action.replaces:  # the query path takes the new one from now on (its lookup sees it valid)
-        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier("memoria", action.replaces)))
     return partition
 
 

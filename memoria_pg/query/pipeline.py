@@ -248,15 +248,14 @@ class QueryPipeline:
 
     def process_in(self, conn: psycopg.Connection, request: QueryRequest) -> tuple[ProcessedQuery, dict[str, int]]:
         """`process` in the caller's tenant transaction."""
-        # the entity lookup reads the shard sizes too (sql/query_lookup), and which are half-indexed
-        lookup = TableLookup(conn, self.config.vector_exact_max_rows)
+        lookup = TableLookup(conn)  # the entity lookup reads the shard sizes too (sql/query_lookup)
         processor = self.processor_factory(self.memory_types, lookup)
         query = processor.process(request.text, tenant=request.tenant, memory_type=request.memory_type)
         if lookup.rows is not None:
             rows = lookup.rows
         else:  # nothing looked up (no n-gram, or a processor that does not call the lookup)
             self.read_db.renew_budget(conn)
-            rows = tenant_rows(conn, self.config.vector_exact_max_rows)
+            rows = tenant_rows(conn)
         query.validity = Validity(request.as_of, request.include_invalid)
         return query, rows
 
@@ -627,7 +626,7 @@ class QueryPipeline:
         VectorWorker.split_search), on custom plans, which alone can take a per-tenant index, then the final
         CTE runs on its hits. None when the tenant is within the bound (the statement's empty answer
         stands). `rows`: the tenant's memories per type, read here when None."""
-        rows = tenant_rows(conn, self.config.vector_exact_max_rows) if rows is None else rows
+        rows = tenant_rows(conn) if rows is None else rows
         if not self.v3_above_bound(rows):
             return None
         worker = self.registry["vector"]()

@@ -27,7 +27,6 @@ from ..core.entities import (
 from ..core.text import STOPWORDS, normalize, normalize_entity, tokenize
 from ..core.types import ProcessedQuery
 from ..db import load_sql
-from .shards import TenantRows
 
 EntityLookup = Callable[[list[str]], list[str]]
 Expander = Callable[[list[str]], list[str]]
@@ -190,18 +189,16 @@ class TableLookup:
     statement (sql/query_lookup.sql): `rows` holds them once it has run, else None (a query without
     n-grams looks nothing up; the caller then reads them alone, shards.tenant_rows)."""
 
-    def __init__(self, conn: psycopg.Connection, hnsw_min_rows: int = 0) -> None:
+    def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
-        self.hnsw_min_rows = hnsw_min_rows  # tenant_rows: where the half-precision HNSW indexes are looked for
-        self.rows: TenantRows | None = None
+        self.rows: dict[str, int] | None = None
 
     def __call__(self, grams: list[str]) -> list[str]:
         if not grams:
             return []
-        params = {"norms": [normalize_entity(g) for g in grams], "hnsw_min_rows": self.hnsw_min_rows}
-        found = self.conn.execute(load_sql("query_lookup"), params).fetchall()
-        self.rows = TenantRows.of((name, n, half) for kind, name, n, half in found if kind == "rows")
-        return [name for kind, name, _, _ in found if kind == "entity"]
+        found = self.conn.execute(load_sql("query_lookup"), {"norms": [normalize_entity(g) for g in grams]}).fetchall()
+        self.rows = {name: int(n) for kind, name, n in found if kind == "rows"}
+        return [name for kind, name, _ in found if kind == "entity"]
 
 
 class PrefetchedLookup:

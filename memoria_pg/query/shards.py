@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import psycopg
 
@@ -25,26 +25,9 @@ def select_shards(route: Route, hint: str | None, known_types: Collection[str], 
     return tuple(chosen) or (ALL,)
 
 
-class TenantRows(dict[str, int]):
-    """The tenant's memories per memory type, and `half_indexed`: the types above the exact bound whose
-    own HNSW index over half-precision vectors is there (sql/tenant_rows.sql)."""
-
-    half_indexed: frozenset[str] = frozenset()
-
-    @classmethod
-    def of(cls, rows: Iterable[tuple[str, int, bool | None]]) -> TenantRows:
-        """From (memory type, memories, half_index) rows."""
-        rows = list(rows)
-        out = cls((t, int(n)) for t, n, _ in rows)
-        out.half_indexed = frozenset(t for t, _, half in rows if half)
-        return out
-
-
-def tenant_rows(conn: psycopg.Connection, hnsw_min_rows: int = 0) -> TenantRows:
-    """Memories of the transaction's tenant per memory type (sql/tenant_rows.sql), with the types whose
-    half-precision HNSW index is there, looked for above `hnsw_min_rows` memories (the exact bound: the
-    vector worker searches fewer exactly; 0: every type)."""
-    return TenantRows.of(conn.execute(load_sql("tenant_rows"), {"hnsw_min_rows": hnsw_min_rows}).fetchall())
+def tenant_rows(conn: psycopg.Connection) -> dict[str, int]:
+    """Memories of the transaction's tenant per memory type (sql/tenant_rows.sql)."""
+    return {t: int(n) for t, n in conn.execute(load_sql("tenant_rows")).fetchall()}
 
 
 def populated(shards: Sequence[Shard], rows: Mapping[str, int]) -> tuple[Shard, ...]:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,7 +11,6 @@ from ..shards import tenant_rows
 from .base import FusionWeights, Statement, Worker, WorkerContext, shard_sql
 
 _TYPE_PARAM = "%(memory_type)s"  # a typed shard's filter in shard_sql's text
-_HALF_384 = "::halfvec(384)"  # sql/workers/vector_half.sql's casts, as written for the default dimensions
 
 
 class VectorWorker(Worker):
@@ -32,7 +30,6 @@ class VectorWorker(Worker):
     name = "vector"
     sql_name = "workers/vector"
     exact_sql_name = "workers/vector_exact"
-    half_sql_name = "workers/vector_half"
     shard_filtered = True
     score_name = "vector_distance"
     lower_is_better = True
@@ -63,17 +60,14 @@ class VectorWorker(Worker):
         migration 0016, pgvector's estimate for that one, blind to the tenant filter, was the lower:
         EXPLAIN at 800k memories)."""
         limit = ctx.config.vector_exact_max_rows
-        rows = ctx.tenant_rows if ctx.tenant_rows is not None else tenant_rows(conn, max(limit, 0))
+        rows = {} if limit <= 0 else ctx.tenant_rows if ctx.tenant_rows is not None else tenant_rows(conn)
         out = []
         for shard in ctx.shards:
             if limit > 0 and shard.memory_type is None and not exact(rows, shard, limit):
                 parts = [(Shard(t), exact(rows, Shard(t), limit)) for t in sorted(rows) if rows[t] > 0]
-                out.append(self.split_search(ctx, parts, rows))
-            elif limit <= 0 and shard.memory_type is None and _mixed(rows):
-                # every type on HNSW, but not every type's index of one form: each type its own branch
-                out.append(self.split_search(ctx, [(Shard(t), False) for t in sorted(rows) if rows[t] > 0], rows))
+                out.append(self.split_search(ctx, parts))
             else:
-                out.append(self._statement(ctx, shard, limit > 0 and exact(rows, shard, limit), rows))
+                out.append(self._statement(ctx, shard, limit > 0 and exact(rows, shard, limit)))
         return out
 
     def parts(self, ctx: WorkerContext) -> list[tuple[Statement, bool]] | None:
@@ -102,14 +96,11 @@ class VectorWorker(Worker):
             groups[k].append(t)
             loads[k] += cost[t]
         return [
-            (
-                self.split_search(ctx, [(Shard(t), is_exact[t]) for t in sorted(group)], rows),
-                all(is_exact[t] for t in group),
-            )
+            (self.split_search(ctx, [(Shard(t), is_exact[t]) for t in sorted(group)]), all(is_exact[t] for t in group))
             for group in groups
         ]
 
-    def split_search(self, ctx: WorkerContext, parts: list[tuple[Shard, bool]], rows: Mapping[str, int]) -> Statement:
+    def split_search(self, ctx: WorkerContext, parts: list[tuple[Shard, bool]]) -> Statement:
         """One statement over typed shards (each exact or HNSW as `parts` says), UNION ALL of their
         searches, the nearest ctx.limit of them by (distance, id) (a NaN distance sorts last in
         PostgreSQL as in the worker's order). One round trip instead of one per type: the searches
@@ -118,7 +109,7 @@ class VectorWorker(Worker):
         params = {**self.params(ctx, ALL_TYPES), "memory_type": None}
         branches = []
         for k, (shard, exact_search) in enumerate(parts):
-            text, _ = self._statement(ctx, shard, exact_search, rows)
+            text, _ = self._statement(ctx, shard, exact_search)
             if text.count(_TYPE_PARAM) != 1:
                 raise RuntimeError(f"a vector statement lost its memory type parameter: {_TYPE_PARAM!r}")
             text = text.replace(_TYPE_PARAM, f"%(memory_type_{k})s")
@@ -131,37 +122,11 @@ class VectorWorker(Worker):
             params,
         )
 
-    def _statement(self, ctx: WorkerContext, shard: Shard, exact_search: bool, rows: Mapping[str, int]) -> Statement:
-        """The shard's search: exact, or HNSW on the tenant's own index, over half-precision vectors
-        where the lookup found that index of the shard's type (every populated type's, for the whole
-        table: `rows`, a shards.TenantRows), else in full precision (an older index, or none yet: exact)."""
-        if exact_search:
-            return shard_sql(self.exact_sql_name, shard), self.params(ctx, shard)
-        half: frozenset[str] = getattr(rows, "half_indexed", frozenset())
-        types = [shard.memory_type] if shard.memory_type is not None else [t for t, n in rows.items() if n > 0]
-        if types and all(t in half for t in types):
-            return _half_sql(self.half_sql_name, shard, ctx.config.embedding_dim), self.params(ctx, shard)
-        return shard_sql(self.sql_name, shard), self.params(ctx, shard)
+    def _statement(self, ctx: WorkerContext, shard: Shard, exact_search: bool) -> Statement:
+        return shard_sql(self.exact_sql_name if exact_search else self.sql_name, shard), self.params(ctx, shard)
 
     def score(self, row: dict[str, Any]) -> float:
         return float(row["distance"])
-
-
-def _mixed(rows: Mapping[str, int]) -> bool:
-    """Whether some of the tenant's populated types have a half-precision index and some do not."""
-    half: frozenset[str] = getattr(rows, "half_indexed", frozenset())
-    populated = {t for t, n in rows.items() if n > 0}
-    return bool(populated & half) and bool(populated - half)
-
-
-@functools.cache
-def _half_sql(name: str, shard: Shard, dims: int) -> str:
-    """sql/workers/vector_half.sql for `shard`, its halfvec casts written with the configured dimensions
-    (a type modifier, which no parameter can give; the index's expression has the column's)."""
-    text = shard_sql(name, shard)
-    if text.count(_HALF_384) != 2:
-        raise RuntimeError(f"sql/{name}.sql lost its casts {_HALF_384!r}")
-    return text.replace(_HALF_384, f"::halfvec({int(dims)})")
 
 
 def exact(rows: Mapping[str, int], shard: Shard, per_type: int) -> bool:
