@@ -8,10 +8,10 @@ The vectors are the evaluation's cached MiniLM embeddings of a dev set (`memoria
 copied into the project; `--queries` of them, drawn at random, are held out as the queries. In a
 scratch database (`--db`, dropped at the end unless `--keep`) one table holds the rest as one tenant's
 partition does, with both indexes the library has built (m 16, ef_construction 64):
-`... USING hnsw (embedding vector_cosine_ops)` (releases before migration 0022) and `... USING hnsw
-((embedding::halfvec(384)) halfvec_cosine_ops)` (db/vector_indexes.py since 0022). Each query runs both
-searches as the vector worker writes them (sql/workers/vector.sql and vector_half.sql: the nearest
-`--limit` by the index's order, their full-precision distances re-sorted), alternating which goes
+`... USING hnsw (embedding vector_cosine_ops)` (db/vector_indexes.py) and `... USING hnsw
+((embedding::halfvec(384)) halfvec_cosine_ops)` (tried on 2026-12-06 and not kept: README, "Scale and
+latency"). Each query runs both searches as the vector worker would (sql/workers/vector.sql's shape:
+the nearest `--limit` by the index's order, their full-precision distances re-sorted), alternating which goes
 first, at each `--ef` (hnsw.ef_search; the library's default is 100). Reported: p50/p95 wall time,
 the backend's CPU per search (/proc/<pid>/schedstat: the server must run on this machine), recall@10
 and @limit against the exact search, the median per-query time ratio. Writes
