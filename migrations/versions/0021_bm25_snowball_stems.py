@@ -15,9 +15,11 @@ configuration's default k1 and b and the shard's average length. Nothing else ch
 entities, attributes, the graph, the phrase worker's tsvector.
 
 The upgrade reads every memory once (a server-side cursor, 2,000 rows a fetch) and rewrites the three
-tables in one transaction; queries and writes of every tenant wait for it (TRUNCATE's lock). On the
-benchmarks' 100k realistic memories (5.69M postings) it took 75 s on two loaded cores: on a large
-database run it in a quiet period. The downgrade derives them again with the light plural stemmer the tokenizer had before
+tables in one transaction; queries and writes of every tenant wait for it from its first statement
+(the ALTER TABLEs that lift row-level security lock the four tables until it commits, so no write can
+slip between the read and the rewrite). On the benchmarks' 100k realistic memories (5.69M postings) it
+took 75 s on two loaded cores, on their 1M short ones (11.8M postings) 163 s: on a large database run
+it in a quiet period. The downgrade derives them again with the light plural stemmer the tokenizer had before
 (kept here as it was), for the library versions before this one. Library versions before this
 migration tokenize queries the old way: upgrade the library and the schema together.
 
