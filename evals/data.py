@@ -56,6 +56,8 @@ class Query:
     relevant: frozenset[str]
     group: str = "all"  # LoCoMo category, LongMemEval question type
     answer_sessions: frozenset[str] = frozenset()  # LongMemEval only
+    # when the question is asked (LongMemEval's question_date): MemorySystem.query's reference_time
+    reference_time: dt.datetime | None = None
     grades: Mapping[str, int] = field(default_factory=dict, hash=False, compare=False)  # BEIR grades; absent: 1
 
 

@@ -77,6 +77,7 @@ def load(root: Path, *, context_turns: int = CONTEXT_TURNS) -> Dataset:
                 relevant=frozenset(relevant),
                 group=str(item["question_type"]),
                 answer_sessions=frozenset(map(str, item["answer_session_ids"])),
+                reference_time=session_date(item.get("question_date")),
             )
         )
     without = sum(1 for q in queries if not q.relevant)

@@ -355,8 +355,9 @@ def run_queries(system, conf: Configuration, dataset: Dataset, query_vectors, de
     tally = _Tally()
     for i, q in enumerate(dataset.queries):
         try:
+            when = {"reference_time": q.reference_time} if q.reference_time is not None else {}
             response = system.query(
-                q.text, tenant=q.tenant, top_k=depth, embedding=query_vectors[q.query_id], **conf.query_kwargs()
+                q.text, tenant=q.tenant, top_k=depth, embedding=query_vectors[q.query_id], **when, **conf.query_kwargs()
             )
         except Exception as exc:  # an evaluation reports a failing configuration instead of stopping
             if i == 0:

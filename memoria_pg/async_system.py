@@ -145,6 +145,7 @@ class AsyncMemorySystem:
         as_of: Any = None,
         include_invalid: bool = False,
         candidates: bool = True,
+        reference_time: Any = None,
         **options: Any,
     ) -> QueryResponse:
         """MemorySystem.query (same options and diagnostics: `as_of` answers as of that time,
@@ -164,6 +165,7 @@ class AsyncMemorySystem:
                 as_of=as_of,
                 include_invalid=include_invalid,
                 candidates=candidates,
+                reference_time=reference_time,
                 **options,
             )
         )

@@ -430,12 +430,17 @@ class MemorySystem:
         as_of: Any = None,
         include_invalid: bool = False,
         candidates: bool = True,
+        reference_time: Any = None,
     ) -> QueryResponse:
         """Retrieve memories for `text` through the V4 path (or V3 when disabled).
 
         `candidates=False`: the response's `candidates` need not hold every candidate, only what it
         returns; a V4 retrieval-only query (ranking off, no cross-encoder, no trace) then reads only the
-        rows of the memories it can return, the same ones, in the same order."""
+        rows of the memories it can return, the same ones, in the same order.
+
+        `reference_time`: the time the query is asked at, which relative expressions ("last week",
+        "four weeks ago") count back from, so that the temporal worker searches the memories stored
+        then (default: `as_of`, else now). Unlike `as_of` it leaves out no memory."""
         cfg = self.config
         request = QueryRequest(
             text=text,
@@ -450,6 +455,7 @@ class MemorySystem:
             as_of=None if as_of is None else validation.moment(as_of, "as_of"),
             include_invalid=bool(include_invalid),
             candidates=bool(candidates),
+            reference_time=None if reference_time is None else validation.moment(reference_time, "reference_time"),
         )
         return self.pipeline.run(request)
 

@@ -231,6 +231,7 @@ def test_each_worker_runs_with_its_plan_mode_and_the_connection_keeps_custom_pla
         "phrase": True,
         "attribute": True,
         "fusion": False,  # it holds the vector worker's statement
+        "temporal": True,
     }
     hnsw = dataclasses.replace(ctx, config=system.config.replace(vector_exact_max_rows=0))
     assert not pipeline.tasks(["vector"], hnsw)["vector"].generic_plans

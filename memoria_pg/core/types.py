@@ -36,6 +36,8 @@ class ProcessedQuery:
     attribute: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     validity: Validity = field(default_factory=Validity)  # the query time (as_of), whether invalid ones count
+    # the creation times the query speaks of ("last week": query/time_window.py), [start, end), or None
+    time_window: tuple[dt.datetime, dt.datetime] | None = None
 
 
 class KnownTypes(Collection[str]):

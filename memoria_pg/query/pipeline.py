@@ -52,6 +52,7 @@ from .routing import Router, submitted_workers
 from .scheduler import Parts, Scheduler, SchedulerResult, Task
 from .shards import ALL as ALL_SHARD
 from .shards import per_shard_limit, populated, select_shards, tenant_rows
+from .time_window import time_window
 from .tracing import persist_trace
 from .workers import Worker, WorkerContext, WorkerRegistry
 from .workers.vector import VectorWorker
@@ -79,6 +80,8 @@ class QueryRequest:
     trace: bool = False
     as_of: dt.datetime | None = None  # answer as of this time (None: now)
     include_invalid: bool = False  # also memories invalidated by then
+    # the time "last week" and "four weeks ago" count back from (None: as_of, else now): time_window.py
+    reference_time: dt.datetime | None = None
     candidates: bool = True  # the response carries every candidate (False: only what it returns)
 
 
@@ -257,6 +260,9 @@ class QueryPipeline:
             self.read_db.renew_budget(conn)
             rows = tenant_rows(conn)
         query.validity = Validity(request.as_of, request.include_invalid)
+        query.time_window = time_window(
+            request.text, request.reference_time or request.as_of or dt.datetime.now(dt.UTC)
+        )
         return query, rows
 
     def embed(self, normalized: str, embedding: Sequence[float] | np.ndarray | None, diag: Diagnostics) -> np.ndarray:

@@ -20,7 +20,7 @@ from .workers import DEFAULT_WORKERS, WorkerRegistry
 PreRoutingHook = Callable[[ProcessedQuery], "ProcessedQuery | None"]
 PostRoutingHook = Callable[[ProcessedQuery, Route], "Route | None"]
 
-_ALL = ("vector", "bm25", "fusion", "graph", "phrase", "attribute")
+_ALL = ("vector", "bm25", "fusion", "graph", "phrase", "attribute", "temporal")
 
 # Signals name ranking signals (memoria_pg.ranking.signals.SIGNAL_NAMES) the route wants emphasized;
 # see RankingWeights.boosted. Depth is the graph's hop limit: deep walks pay off for facts and
@@ -29,7 +29,7 @@ ROUTES: dict[str, Route] = {
     "general": Route("general", _ALL, graph_depth=2, signals=(), pool=None),
     "episodic": Route(
         "episodic",
-        ("vector", "bm25", "fusion", "graph", "phrase"),
+        ("vector", "bm25", "fusion", "graph", "phrase", "temporal"),
         graph_depth=1,
         signals=("recency",),
         pool="episodic",
@@ -37,7 +37,7 @@ ROUTES: dict[str, Route] = {
     ),
     "semantic": Route(
         "semantic",
-        ("vector", "bm25", "fusion", "graph", "attribute"),
+        ("vector", "bm25", "fusion", "graph", "attribute", "temporal"),
         graph_depth=2,
         signals=("importance",),
         pool="semantic",
@@ -45,7 +45,7 @@ ROUTES: dict[str, Route] = {
     ),
     "procedural": Route(
         "procedural",
-        ("vector", "bm25", "fusion", "phrase"),
+        ("vector", "bm25", "fusion", "phrase", "temporal"),
         graph_depth=1,
         signals=("importance", "access"),
         pool="procedural",
@@ -53,7 +53,7 @@ ROUTES: dict[str, Route] = {
     ),
     "preference": Route(
         "preference",
-        ("vector", "bm25", "fusion", "attribute", "graph"),
+        ("vector", "bm25", "fusion", "attribute", "graph", "temporal"),
         graph_depth=1,
         signals=("recency", "attribute_hit"),
         pool="preference",
@@ -61,7 +61,7 @@ ROUTES: dict[str, Route] = {
     ),
     "fact": Route(
         "fact",
-        ("vector", "bm25", "fusion", "attribute", "graph", "phrase"),
+        ("vector", "bm25", "fusion", "attribute", "graph", "phrase", "temporal"),
         graph_depth=2,
         signals=("importance", "attribute_hit"),
         pool="fact",

@@ -62,6 +62,11 @@ class SearchRequest(BaseModel):
     v3: StrictBool = Field(False, description="true: the V3 path (vector search only)")
     as_of: dt.datetime | None = Field(None, description="Answer as of this time: memories valid then (ISO 8601)")
     include_invalid: StrictBool = Field(False, description="Also invalidated memories")
+    reference_time: dt.datetime | None = Field(
+        None,
+        description="The time the query is asked at, which 'last week' or 'four weeks ago' count back from "
+        "(default: as_of, else now; ISO 8601)",
+    )
     diagnostics: StrictBool = Field(False, description="Include every diagnostic of the query")
     explain: StrictBool = Field(False, description="Include the explain output (each worker's SQL, plan and time)")
 

@@ -26,6 +26,7 @@ async def search(body: SearchRequest, memory: Memory, tenant: Tenant) -> SearchR
             v4=False if body.v3 else None,
             as_of=body.as_of,
             include_invalid=body.include_invalid,
+            reference_time=body.reference_time,
             candidates=body.explain,  # only explain shows more than the memories returned
         )
         return response, system.explain(response) if body.explain else None

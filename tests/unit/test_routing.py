@@ -31,7 +31,7 @@ def test_table_covers_default_types_with_known_workers_and_signals():
 def test_general_route_for_no_hint():
     route = Router().route(query(None))
     assert route.name == "general"
-    assert set(route.workers) == {"vector", "bm25", "fusion", "graph", "phrase", "attribute"}
+    assert set(route.workers) == {"vector", "bm25", "fusion", "graph", "phrase", "attribute", "temporal"}
     assert route.graph_depth == 2
 
 

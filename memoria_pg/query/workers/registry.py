@@ -17,6 +17,7 @@ from .bm25 import BM25Worker
 from .fusion import FusionWorker
 from .graph import GraphWorker
 from .phrase import PhraseWorker
+from .temporal import TemporalWorker
 from .vector import VectorWorker
 
 
@@ -129,4 +130,6 @@ def _check_declared(source: type[Any]) -> None:
         raise ConfigError(f"worker {source.name!r} does not declare its sql_name")
 
 
-DEFAULT_WORKERS = WorkerRegistry((VectorWorker, BM25Worker, GraphWorker, PhraseWorker, AttributeWorker, FusionWorker))
+DEFAULT_WORKERS = WorkerRegistry(
+    (VectorWorker, BM25Worker, GraphWorker, PhraseWorker, AttributeWorker, FusionWorker, TemporalWorker)
+)

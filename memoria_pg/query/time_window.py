@@ -1,0 +1,114 @@
+"""The time a query speaks of: relative expressions ("last week", "four weeks ago", "the past two
+weeks", "yesterday", "last month") resolved against the query's time (`reference_time`, else its
+`as_of`, else now) into a window of creation times, which the temporal worker searches
+(sql/workers/temporal.sql).
+
+Calendar expressions mean their calendar span ("last weekend" of a Tuesday is the Saturday and Sunday
+just before it, "last month" of May 24 is April), counted ones a span around their distance ("four
+weeks ago": 21 to 35 days back). Every window has a day of slack on each side: a conversation's
+memories carry the time they were stored, which may follow what they tell by a day, and people say
+"last week" of eight days back. Nothing after the reference time is spoken of. The first expression
+in the text decides. Plain Python over the lowercased text; no date library: the expressions are few,
+and their meaning relative to a reference time is what matters.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable
+
+DAY = dt.timedelta(days=1)
+SLACK = DAY  # on each side of a window
+UNITS = {"day": 1, "week": 7, "fortnight": 14, "month": 30, "year": 365}
+NUMBERS = {
+    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "couple": 2, "a couple of": 2,
+    "few": 3, "a few": 3, "several": 3,
+}  # fmt: skip
+_NUMBER = (
+    r"(?P<n>\d{1,3}|a couple of|a few|couple|few|several|an?"
+    r"|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+)
+_UNIT = r"(?P<unit>day|week|fortnight|month|year)s?"
+_AGO = re.compile(rf"\b{_NUMBER}\s+{_UNIT}\s+ago\b")
+_PAST = re.compile(rf"\b(?:(?:in|over|during|for|within)\s+)?the\s+(?:past|last|previous)\s+{_NUMBER}\s+{_UNIT}\b")
+_LAST = r"(?:the\s+past|the\s+last|the\s+previous|last|previous|past)"
+
+Window = tuple[dt.datetime, dt.datetime]
+
+
+def _midnight(t: dt.datetime) -> dt.datetime:
+    return t.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def _weekend(ref: dt.datetime, last: bool) -> Window:
+    """The most recent weekend that has begun by `ref` ("this weekend"; on a weekday also "last
+    weekend", the one just past), or, for "last weekend" said on a Saturday or Sunday, the one before."""
+    saturday = _midnight(ref) - (ref.weekday() - 5) % 7 * DAY
+    if last and ref.weekday() >= 5:
+        saturday -= 7 * DAY
+    return saturday, saturday + 2 * DAY
+
+
+def _week(ref: dt.datetime, back: int) -> Window:
+    monday = _midnight(ref) - ref.weekday() * DAY - 7 * back * DAY
+    return monday, monday + 7 * DAY
+
+
+def _month(ref: dt.datetime, back: int) -> Window:
+    first = _midnight(ref).replace(day=1)
+    for _ in range(back):
+        first = (first - DAY).replace(day=1)
+    return first, (first + 32 * DAY).replace(day=1)
+
+
+def _year(ref: dt.datetime, back: int) -> Window:
+    first = _midnight(ref).replace(month=1, day=1)
+    first = first.replace(year=first.year - back)
+    return first, first.replace(year=first.year + 1)
+
+
+_FIXED: tuple[tuple[re.Pattern[str], Callable[[dt.datetime], Window]], ...] = tuple(
+    (re.compile(pattern), window)
+    for pattern, window in (
+        (
+            r"\b(?:today|this morning|earlier today|tonight|this afternoon|this evening)\b",
+            lambda r: (_midnight(r), r),
+        ),
+        (r"\b(?:yesterday|last night)\b", lambda r: (_midnight(r) - DAY, _midnight(r))),
+        (r"\bthe other day\b", lambda r: (r - 7 * DAY, r)),
+        (r"\bthis\s+week\s*-?\s*end\b", lambda r: _weekend(r, last=False)),
+        (rf"\b{_LAST}\s+week\s*-?\s*end\b", lambda r: _weekend(r, last=True)),
+        (r"\b(?:this|the\s+past)\s+week\b", lambda r: _week(r, 0)),
+        (rf"\b{_LAST}\s+week\b", lambda r: _week(r, 1)),
+        (r"\b(?:this|the\s+past)\s+month\b", lambda r: _month(r, 0)),
+        (rf"\b{_LAST}\s+month\b", lambda r: _month(r, 1)),
+        (r"\b(?:this|the\s+past)\s+year\b", lambda r: _year(r, 0)),
+        (rf"\b{_LAST}\s+year\b", lambda r: _year(r, 1)),
+    )
+)
+
+
+def time_window(text: str, reference: dt.datetime) -> Window | None:
+    """The window of creation times the query speaks of, [start, end), or None: no expression."""
+    lowered = text.lower()
+    found: list[tuple[int, Window]] = []
+    for match in _AGO.finditer(lowered):
+        days = _number(match.group("n")) * UNITS[match.group("unit")]
+        spread = max(1.0, 0.25 * days) * DAY  # "four weeks ago": 21 to 35 days back
+        found.append((match.start(), (reference - days * DAY - spread, reference - days * DAY + spread)))
+    for match in _PAST.finditer(lowered):
+        days = _number(match.group("n")) * UNITS[match.group("unit")]
+        found.append((match.start(), (reference - days * DAY, reference)))
+    for pattern, window in _FIXED:
+        for match in pattern.finditer(lowered):
+            found.append((match.start(), window(reference)))
+    if not found:
+        return None
+    start, end = min(found, key=lambda f: f[0])[1]
+    return start - SLACK, min(end, reference) + SLACK
+
+
+def _number(text: str) -> int:
+    return int(text) if text.isdigit() else NUMBERS[text]
