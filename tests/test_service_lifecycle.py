@@ -98,6 +98,19 @@ def test_invalidate_restore_and_search_as_of(server):
         assert memory_id in [m["id"] for m in http.post("/v1/search", json=query).json()["memories"]]
 
 
+def test_search_reference_time_is_what_the_past_weekend_counts_back_from(server):
+    with server.client(server.token) as http:
+        recent = stored(http, "Gina fixed the road bike.", created_at="2023-03-18T10:00:00Z")
+        older = stored(http, "Gina fixed the mountain bike.", created_at="2023-01-15T10:00:00Z")
+        query = {"text": "Which bike did Gina fix the past weekend?", "top_k": 2, "diagnostics": True}
+        asked = http.post("/v1/search", json={**query, "reference_time": "2023-03-21T21:43:00Z"}).json()
+        assert "temporal" in asked["diagnostics"]["submitted_sources"]
+        assert asked["diagnostics"]["worker_hits"]["temporal"] == 1
+        assert [m["id"] for m in asked["memories"]] == [recent, older]
+        bad = http.post("/v1/search", json={**query, "reference_time": "the day after tomorrow"})
+        assert bad.status_code == 422 and "reference_time" in bad.text
+
+
 def test_mcp_update_history_forget(server):
     async def session(client):
         stored_ = await client.call_tool("remember", {"content": "Gina's cat is called Tom.", "memory_type": "fact"})
