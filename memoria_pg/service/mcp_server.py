@@ -59,7 +59,9 @@ class Recalled(BaseModel):
     metadata: dict[str, Any] = Field(description="The JSON object stored with it (`remember`'s metadata)")
     created_at: dt.datetime
     score: float = Field(description="The final score (the list is in this order)")
-    sources: list[str] = Field(description="Which retrieval methods found it: vector, bm25, phrase, attribute, graph")
+    sources: list[str] = Field(
+        description="Which retrieval methods found it: vector, bm25, phrase, attribute, graph, temporal"
+    )
     scores: dict[str, float] = Field(description="Each source's own score and rank")
     explanation: dict[str, float] = Field(description="How much each ranking signal added")
     why: str = Field(description="The same, in one line")

@@ -56,7 +56,9 @@ class SearchRequest(BaseModel):
     memory_type: str | None = Field(None, description="Only memories of this type")
     top_k: int | None = Field(None, ge=1, le=1000, description="Memories returned; default the server's top_k (10)")
     workers: list[str] | None = Field(
-        None, description="Retrieval workers instead of the route's: vector, bm25, phrase, attribute, graph, fusion"
+        None,
+        description="Retrieval workers instead of the route's: vector, bm25, phrase, attribute, graph, fusion, "
+        "temporal",
     )
     ranking: StrictBool | None = Field(None, description="false: retrieval order, no ranking stage")
     v3: StrictBool = Field(False, description="true: the V3 path (vector search only)")
