@@ -1,8 +1,8 @@
 -- Temporal worker: the memories stored in the window of time the query speaks of ("last week",
 -- "four weeks ago": memoria_pg/query/time_window.py resolves it against the query's time), nearest to
 -- the query first. A question about a time is answered by what was said then; the vector and BM25
--- workers, blind to time, may rank a closer match from another month above it. The window's most
--- recent %(window_rows)s memories are compared (an index range scan of (tenant, created_at), then their
+-- workers, blind to time, may rank a closer match from another month above it. The window's newest
+-- window_rows memories (2,000) are compared (an index range scan of (tenant, created_at), then their
 -- vectors), so a wide window over a large tenant costs a bounded read.
 SELECT w.id AS memory_id, w.memory_type, w.embedding <=> %(embedding)s AS distance
 FROM (
