@@ -109,7 +109,7 @@ def test_a_source_that_does_not_declare_itself_is_refused_where_it_is_registered
 
 
 def test_the_default_registry_declares_every_table_the_final_cte_reads():
-    assert DEFAULT_WORKERS.names == ("vector", "bm25", "graph", "phrase", "attribute", "fusion")
+    assert DEFAULT_WORKERS.names == ("vector", "bm25", "graph", "phrase", "attribute", "fusion", "temporal")
     assert DEFAULT_WORKERS.weights("score") == {
         "vector": 0.5,
         "bm25": 0.5,
@@ -117,9 +117,10 @@ def test_the_default_registry_declares_every_table_the_final_cte_reads():
         "phrase": 0.0,
         "attribute": 0.3,
         "fusion": 0.5,
+        "temporal": 0.3,
         "relevance": 0.15,
     }
-    assert set(DEFAULT_WORKERS.lower_is_better()) == {"vector", "graph", "attribute", "relevance"}
+    assert set(DEFAULT_WORKERS.lower_is_better()) == {"vector", "graph", "attribute", "temporal", "relevance"}
     assert DEFAULT_WORKERS.score_names()["graph"] == "graph_hops"
     with pytest.raises(ValueError, match="fusion method"):
         DEFAULT_WORKERS.weights("borda")
