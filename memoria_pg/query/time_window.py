@@ -80,12 +80,16 @@ _FIXED: tuple[tuple[re.Pattern[str], Callable[[dt.datetime], Window]], ...] = tu
         (r"\bthe other day\b", lambda r: (r - 7 * DAY, r)),
         (r"\bthis\s+week\s*-?\s*end\b", lambda r: _weekend(r, last=False)),
         (rf"\b{_LAST}\s+week\s*-?\s*end\b", lambda r: _weekend(r, last=True)),
-        (r"\b(?:this|the\s+past)\s+week\b", lambda r: _week(r, 0)),
-        (rf"\b{_LAST}\s+week\b", lambda r: _week(r, 1)),
-        (r"\b(?:this|the\s+past)\s+month\b", lambda r: _month(r, 0)),
-        (rf"\b{_LAST}\s+month\b", lambda r: _month(r, 1)),
-        (r"\b(?:this|the\s+past)\s+year\b", lambda r: _year(r, 0)),
-        (rf"\b{_LAST}\s+year\b", lambda r: _year(r, 1)),
+        # "the past week" is the seven days up to now, "last week" the calendar week before this one
+        (r"\bthe\s+(?:past|last)\s+week\b", lambda r: (r - 7 * DAY, r)),
+        (r"\bthe\s+(?:past|last)\s+month\b", lambda r: (r - 30 * DAY, r)),
+        (r"\bthe\s+(?:past|last)\s+year\b", lambda r: (r - 365 * DAY, r)),
+        (r"\bthis\s+week\b", lambda r: _week(r, 0)),
+        (r"\b(?:last|previous|past|the\s+previous)\s+week\b", lambda r: _week(r, 1)),
+        (r"\bthis\s+month\b", lambda r: _month(r, 0)),
+        (r"\b(?:last|previous|past|the\s+previous)\s+month\b", lambda r: _month(r, 1)),
+        (r"\bthis\s+year\b", lambda r: _year(r, 0)),
+        (r"\b(?:last|previous|past|the\s+previous)\s+year\b", lambda r: _year(r, 1)),
     )
 )
 

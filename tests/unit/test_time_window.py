@@ -63,3 +63,15 @@ def test_last_weekend_of_a_weekday_is_the_one_just_past():
     tuesday = dt.datetime(2023, 3, 21, 21, 43, tzinfo=dt.UTC)
     start, end = time_window("Which bike did I fix the past weekend?", tuesday)
     assert (start, end) == (dt.datetime(2023, 3, 17, tzinfo=dt.UTC), dt.datetime(2023, 3, 21, tzinfo=dt.UTC))
+
+
+def test_the_past_week_is_the_seven_days_up_to_now_and_last_week_the_calendar_week_before():
+    monday = dt.datetime(2023, 3, 20, 9, 0, tzinfo=dt.UTC)
+    day = dt.timedelta(days=1)
+    # the seven days before, a day of slack on each side
+    assert time_window("what did I read the past week?", monday) == (monday - 8 * day, monday + day)
+    # Monday 3/13 to Sunday 3/19 (the week before this one), a day of slack on each side
+    assert time_window("what did I read last week?", monday) == (
+        dt.datetime(2023, 3, 12, tzinfo=dt.UTC),
+        dt.datetime(2023, 3, 21, tzinfo=dt.UTC),
+    )
