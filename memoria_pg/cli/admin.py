@@ -80,13 +80,13 @@ def doctor(ctx: click.Context) -> None:
         f"Apache AGE:    {caps.age or ('available' if caps.age_available else 'not installed (graph worker uses SQL)')}"
     )
     click.echo(f"graph backend: {caps.graph_backend}")
-    revision = migrate.current(dsn)
+    revision, head = migrate.current(dsn), head_revision()
     if revision is None:
         click.echo("schema:        not installed (run: memoria-pg db upgrade)")
-    elif revision < head_revision():
-        click.echo(f"schema:        {revision}, behind this library's {head_revision()} (run: memoria-pg db upgrade)")
-    elif revision > head_revision():
-        click.echo(f"schema:        {revision}, newer than this library's {head_revision()} (upgrade memoria-pg)")
+    elif revision < head:
+        click.echo(f"schema:        {revision}, behind this library's {head} (run: memoria-pg db upgrade)")
+    elif revision > head:
+        click.echo(f"schema:        {revision}, newer than this library's {head} (upgrade memoria-pg)")
     else:
         click.echo(f"schema:        {revision}")
     if not caps.vector_available:

@@ -26,10 +26,8 @@ NUMBERS = {
     "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "couple": 2, "a couple of": 2,
     "few": 3, "a few": 3, "several": 3,
 }  # fmt: skip
-_NUMBER = (
-    r"(?P<n>\d{1,3}|a couple of|a few|couple|few|several|an?"
-    r"|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
-)
+# the number words, longest first, so that "a couple of" is not read as "a"
+_NUMBER = rf"(?P<n>\d{{1,3}}|{'|'.join(sorted(NUMBERS, key=len, reverse=True))})"
 _UNIT = r"(?P<unit>day|week|fortnight|month|year)s?"
 _AGO = re.compile(rf"\b{_NUMBER}\s+{_UNIT}\s+ago\b")
 _PAST = re.compile(rf"\b(?:(?:in|over|during|for|within)\s+)?the\s+(?:past|last|previous)\s+{_NUMBER}\s+{_UNIT}\b")
