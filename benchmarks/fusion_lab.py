@@ -30,9 +30,9 @@ SETS = ("locomo", "scifact", "hotpotqa", "longmemeval", "msmarco")
 CAP = 200
 Hit = tuple[int, str, int, float, dict[str, Any]]
 Hits = Mapping[str, Sequence[Hit]]
-LOWER_BETTER = {"vector", "attribute", "graph", "relevance"}
+LOWER_BETTER = {"vector", "attribute", "graph", "relevance", "temporal"}
 # Today's score-fusion weights (query/workers/registry.py).
-WEIGHTS = {"vector": 0.5, "bm25": 0.5, "attribute": 0.3, "relevance": 0.15, "fusion": 0.5}
+WEIGHTS = {"vector": 0.5, "bm25": 0.5, "attribute": 0.3, "relevance": 0.15, "fusion": 0.5, "temporal": 0.3}
 
 
 @dataclass
