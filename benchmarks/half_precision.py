@@ -9,8 +9,8 @@ copied into the project; `--queries` of them, drawn at random, are held out as t
 scratch database (`--db`, dropped at the end unless `--keep`) one table holds the rest as one tenant's
 partition does, with both indexes the library has built (m 16, ef_construction 64):
 `... USING hnsw (embedding vector_cosine_ops)` (db/vector_indexes.py) and `... USING hnsw
-((embedding::halfvec(384)) halfvec_cosine_ops)` (tried on 2026-12-06 and not kept: README, "Scale and
-latency"). Each query runs both searches as the vector worker would (sql/workers/vector.sql's shape:
+((embedding::halfvec(384)) halfvec_cosine_ops)` (tried on 2026-12-06 and not kept: docs/measurements.md,
+"Half-precision HNSW indexes"). Each query runs both searches as the vector worker would (sql/workers/vector.sql's shape:
 the nearest `--limit` by the index's order, their full-precision distances re-sorted), alternating which goes
 first, at each `--ef` (hnsw.ef_search; the library's default is 100). Reported: p50/p95 wall time,
 the backend's CPU per search (/proc/<pid>/schedstat: the server must run on this machine), recall@10

@@ -153,7 +153,7 @@ class Config:
     # A query whose vector the library computes starts the workers that do not need it (BM25, graph,
     # phrase, attribute) before embedding it, and the vector worker once it has it: the embedding runs
     # beside their statements instead of before them (not for a typed query the relevance pool may
-    # answer alone: it needs the vector first). README: "The query path".
+    # answer alone: it needs the vector first). docs/measurements.md: "The query path".
     overlap_embedding: bool = True
     # A query that returns only its top_k memories (retrieval-only, no candidate list, no trace)
     # leaves out the route's auxiliary workers (graph, phrase: no weight in the retrieval score), whose

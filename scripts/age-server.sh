@@ -18,7 +18,7 @@
 #   MEMORIA_AGE_PORT    TCP port on 127.0.0.1 (default 55432)
 #   MEMORIA_AGE_MIRROR  Debian mirror URL (default: parsed from /etc/apt sources)
 #   MEMORIA_AGE_SHARED_BUFFERS  shared_buffers (default 1GB; the 1M benchmark's HNSW indexes, 1.5 GB,
-#                       need more to stay in PostgreSQL's cache: README, "Scale and latency")
+#                       need more to stay in PostgreSQL's cache: docs/measurements.md, "Scale and latency")
 #
 # Everything except the DSN / status line goes to stderr, so `MEMORIA_DSN=$(scripts/age-server.sh)`
 # works. Idempotent: a second `start` reuses the root, the data dir and a running server.

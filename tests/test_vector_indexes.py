@@ -380,7 +380,7 @@ def test_v3_searches_a_large_tenant_with_the_vector_worker_and_explain_shows_it(
 
 
 def test_0016s_downgrade_keeps_a_shared_index_an_administrator_created_again(big, dsn):
-    with psycopg.connect(dsn, autocommit=True) as conn:  # as README's "No shared HNSW index" shows
+    with psycopg.connect(dsn, autocommit=True) as conn:  # as docs/measurements.md's "No shared HNSW index" shows
         conn.execute(
             "CREATE INDEX memories_embedding_hnsw ON memoria.memories USING hnsw (embedding vector_cosine_ops) "
             "WITH (m = 8)"

@@ -94,7 +94,7 @@ class SentenceTransformerEmbedder:
 
         with self._lock:
             # A single query embeds fastest on one thread: more threads only fight PostgreSQL's
-            # backends for the cores (README, "Why these defaults").
+            # backends for the cores (docs/measurements.md, "Why these defaults").
             threads = torch.get_num_threads()
             if len(texts) == 1 and threads > 1:
                 torch.set_num_threads(1)
@@ -123,7 +123,7 @@ def embed_memories(embedder: Embedder, contents: Sequence[str], contexts: Sequen
     One model call for the whole batch. The content comes first because the model reads a limited
     window (256 word pieces for all-MiniLM-L6-v2): a long context is cut, never the memory's own
     text. The content's embedding dominates; the context's share tells a short reply what it is
-    about (the weight was chosen on the conversation dev sets: README, "Why these defaults").
+    about (the weight was chosen on the conversation dev sets: docs/measurements.md, "Why these defaults").
     Texts are normalized (core.text.normalize) as for queries.
     """
     if len(contents) != len(contexts):

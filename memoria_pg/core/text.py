@@ -41,8 +41,8 @@ def normalize(text: str) -> str:
 
 # The BM25 terms are Snowball (Porter 2) English stems: "painting", "painted" and "paints" are one
 # term, "hiking" and "hike", "cities" and "city". Before migration 0021 a light plural stemmer ("dogs"
-# -> "dog", nothing else); the Snowball stems won or tied every dev set's main metric (README, "Why
-# these defaults", which also says the one figure that fell).
+# -> "dog", nothing else); the Snowball stems won or tied every dev set's main metric (docs/measurements.md,
+# "Why these defaults", which also says the one figure that fell).
 # PyStemmer's Stemmer is not safe to share between threads: one per thread.
 _STEMMERS = threading.local()
 
@@ -70,7 +70,7 @@ def tokenize(text: str, *, stem: Callable[[str], str] | None = None) -> list[str
 # indexed as a two-field document, BM25F style: its own words count CONTENT_WEIGHT times, the
 # context's once. The context makes a short turn findable by what it answers ("They're a real
 # support" after "How is your family?"), and the weight keeps the memory's own words first.
-# The weight was chosen on the LoCoMo dev set (README, "Why these defaults").
+# The weight was chosen on the LoCoMo dev set (docs/measurements.md, "Why these defaults").
 CONTENT_WEIGHT = 2
 
 

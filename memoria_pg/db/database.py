@@ -209,14 +209,14 @@ class Database:
         conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(self._ef_search),))
         # Worker statements filter shards with "%(memory_type)s IS NULL OR memory_type = ...": only a
         # custom plan prunes partitions; a cached generic plan walked every partition's HNSW index
-        # (many times slower: README, "Why these defaults"; a custom plan is also the only one that
+        # (many times slower: docs/measurements.md, "Why these defaults"; a custom plan is also the only one that
         # takes a tenant's own HNSW index, db/vector_indexes.py), and psycopg prepares statements after
         # a few executions.
         conn.execute("SET plan_cache_mode = force_custom_plan")
         # No JIT: every statement here is bounded (a few ms), but estimates can multiply past
         # jit_above_cost (the graph walk: reached entities x memory types x the per-entity limit, with
         # memoria.memory_types, a few rows autovacuum never analyzes, guessed at 1,200) and the
-        # compilation then costs far more than the work (README, "Why these defaults").
+        # compilation then costs far more than the work (docs/measurements.md, "Why these defaults").
         conn.execute("SET jit = off")
         # Without iterative scans an HNSW scan stops after ef_search tuples: a worker limit above
         # ef_search, or a tenant filter, would silently return fewer rows (vector.sql re-sorts).
@@ -358,7 +358,7 @@ class Database:
         that wrote nothing) and the connection's return to the pool, runs while the caller goes on; the
         results are all in hand, so the caller no longer waits a round trip for the server to say so.
         A body that raises, or that left a result unread, ends its block in place, as without
-        background_end. (README, "Why these defaults".)"""
+        background_end. (docs/measurements.md, "Why these defaults".)"""
         try:
             self._enders.submit(_end_block, block)
         except RuntimeError:  # the executor was shut down: Database.close runs

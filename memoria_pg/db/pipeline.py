@@ -29,7 +29,7 @@ def tenant_block(conn: psycopg.Connection, implicit: bool) -> contextlib.Abstrac
     are one transaction unless they hold a BEGIN). The second saves the BEGIN and COMMIT round trips
     and sends the tenant's settings (set_config(..., true), local to that transaction) with the first
     statement: 0.47 against 0.75 ms p50 for the settings and one read on an idle host
-    (benchmarks/transactions.py; whole queries: README, "Why these defaults"). A fetch inside the
+    (benchmarks/transactions.py; whole queries: docs/measurements.md, "Why these defaults"). A fetch inside the
     block flushes without a Sync, so every statement of the block sees the settings; the block's end
     is a commit even when its body raises, hence reads (or a single write) only. Without pipeline
     support: the explicit transaction.

@@ -191,7 +191,8 @@ class QueryPipeline:
         normalized = normalize(request.text)
         vector = self.embed_unbudgeted(normalized, request.embedding, diag)
         # Generic plans for every statement: the V3 search reads every shard (no partition to prune),
-        # and planning the final CTE each time cost more than its generic plan (README, "Why these defaults").
+        # and planning the final CTE each time cost more than its generic plan
+        # (docs/measurements.md, "Why these defaults").
         with self.read_db.transaction(request.tenant, generic_plans=True, implicit=True, background_end=True) as conn:
             if type(self.registry["vector"]()) is not VectorWorker:
                 t0 = time.perf_counter()
@@ -585,7 +586,8 @@ class QueryPipeline:
     ) -> Retrieval:
         """V3: vector search -> fetch -> candidates in one transaction; no scheduler."""
         # Generic plans for both statements: the V3 search reads every shard (no partition to prune),
-        # and planning the final CTE each time cost more than its generic plan (README, "Why these defaults").
+        # and planning the final CTE each time cost more than its generic plan
+        # (docs/measurements.md, "Why these defaults").
         with self.read_db.transaction(query.tenant, generic_plans=True, implicit=True, background_end=True) as conn:
             return self.retrieve_v3_in(conn, query, vector, rows, top_k, diag, embeddings=embeddings)
 

@@ -8,7 +8,7 @@
 -- recent), so a phrase whose rarest term is in tens of thousands of memories costs a bounded number
 -- of positional checks; a memory past that many postings of the anchor term is not looked at.
 -- The phrase list is MATERIALIZED: inlined, phraseto_tsquery ran again for every candidate row, in the
--- join filter and in ts_rank_cd (1.19x on this statement at 100k, README "Why these defaults").
+-- join filter and in ts_rank_cd (1.19x on this statement at 100k, docs/measurements.md, "Why these defaults").
 WITH phrase AS MATERIALIZED (
     SELECT p.ord, p.phrase, phraseto_tsquery('simple', p.phrase) AS q
     FROM unnest(%(phrases)s::text[]) WITH ORDINALITY AS p(phrase, ord)

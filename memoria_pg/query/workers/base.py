@@ -83,8 +83,8 @@ class Worker(Source):
     # Whether the worker's statements may run on their cached generic plans (psycopg prepares a
     # statement after 5 executions on a connection). The pool forces custom plans otherwise; for
     # bm25, phrase, graph and attribute planning a statement each time costs more than it gains, and
-    # the vector worker decides per query (plans_generic: its exact form only). README, "Why these
-    # defaults".
+    # the vector worker decides per query (plans_generic: its exact form only). docs/measurements.md,
+    # "Why these defaults".
     generic_plans: ClassVar[bool] = False
     # Whether the worker's SQL file has the shard filter SHARD_FILTER, written for each statement's
     # shard (shard_sql) instead of for any: a cached generic plan then prunes by it.

@@ -104,8 +104,8 @@ class VectorWorker(Worker):
         """One statement over typed shards (each exact or HNSW as `parts` says), UNION ALL of their
         searches, the nearest ctx.limit of them by (distance, id) (a NaN distance sorts last in
         PostgreSQL as in the worker's order). One round trip instead of one per type: the searches
-        cost the server the same (benchmarks/vector_indexes.py), the client less (README, "Scale and
-        latency": V4 at 100k with every tenant split, client CPU 6.4 -> 5.8 ms a query)."""
+        cost the server the same (benchmarks/vector_indexes.py), the client less (docs/measurements.md,
+        "Scale and latency": V4 at 100k with every tenant split, client CPU 6.4 -> 5.8 ms a query)."""
         params = {**self.params(ctx, ALL_TYPES), "memory_type": None}
         branches = []
         for k, (shard, exact_search) in enumerate(parts):
