@@ -82,3 +82,13 @@ def test_a_reference_time_that_is_not_a_time_is_a_clear_error(bikes):
     system, query = bikes
     with pytest.raises(Exception, match="reference_time"):
         ask(system, "the past weekend", query, reference_time="next tuesday-ish")
+
+
+def test_a_reference_time_at_the_ends_of_the_calendar_answers(bikes):
+    """Year 1 and 9999 are valid times to ask at: the windows that would pass the calendar's ends give
+    no temporal worker, one inside it runs; neither is an error."""
+    system, query = bikes
+    late = ask(system, "Which bike did I service this year?", query, reference_time="9999-12-29T23:00:00Z")
+    assert "temporal" not in late.diagnostics.submitted_sources and late.memories
+    early = ask(system, "Which bike did I service yesterday?", query, as_of="0001-03-10T12:00:00Z")
+    assert "temporal" in early.diagnostics.submitted_sources and early.diagnostics.worker_hits["temporal"] == 0

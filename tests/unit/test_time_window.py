@@ -75,3 +75,28 @@ def test_the_past_week_is_the_seven_days_up_to_now_and_last_week_the_calendar_we
         dt.datetime(2023, 3, 12, tzinfo=dt.UTC),
         dt.datetime(2023, 3, 21, tzinfo=dt.UTC),
     )
+
+
+@pytest.mark.parametrize(
+    "reference",
+    [dt.datetime(1, 1, 3, tzinfo=dt.UTC), dt.datetime(9999, 12, 31, 23, tzinfo=dt.UTC)],
+    ids=["year 1", "year 9999"],
+)
+@pytest.mark.parametrize(
+    "text",
+    ["yesterday", "last weekend", "this week", "last month", "this year", "last year", "two weeks ago",
+     "the past 5 years", "999 years ago"],
+)  # fmt: skip
+def test_a_reference_at_the_ends_of_the_calendar_is_no_error(text, reference):
+    """A reference time (or as_of) in year 1 or 9999 is valid input: an expression whose window would
+    pass the calendar's ends gives no window (the temporal worker does not run), never an exception."""
+    window = time_window(f"what did I do {text}?", reference)
+    assert window is None or window[0] < window[1]
+
+
+def test_a_window_inside_the_calendar_near_its_end_is_kept():
+    reference = dt.datetime(1, 3, 10, 12, tzinfo=dt.UTC)
+    assert time_window("what did I do yesterday?", reference) == (
+        dt.datetime(1, 3, 8, tzinfo=dt.UTC),
+        dt.datetime(1, 3, 11, tzinfo=dt.UTC),
+    )
