@@ -52,7 +52,9 @@ TENANTS = ("t0", "t1", "t2")
 WORDS = (
     "Alice Bob Carol Jean-Paul O'Brien I my My she lives in Paris works at Acme as a nurse was born on 1999 "
     "from Rome married to likes prefers green tea dog named Rex cat called Tom is am 's 'm and but the of "
-    'what where does who how old when "Old Town" “Big Apple” « Le Monde » Monday yesterday'
+    'what where does who how old when "Old Town" “Big Apple” « Le Monde » Monday yesterday '
+    # the temporal worker's expressions (query/time_window.py): "last weekend", "four weeks ago", ...
+    "last past this week weekend month year ago four two 999 days weeks years today"
 ).split()
 UNITS = ("Aa-", "A'B-", "my-", "Aa ", " ", "\t", "  \n", "«", "“", '"', "»", "-", "'s ", "I like a ", ", ", "x")
 TIMES = (
@@ -147,12 +149,16 @@ queries = st.fixed_dictionaries(
         "top_k": st.one_of(st.none(), st.integers(-5, 300), st.sampled_from((10**12, 2**63, 2**64)), wrong, any_text),
         "embedding": vectors,
         "workers": st.one_of(
-            st.none(), st.lists(st.sampled_from(("vector", "bm25", "graph", "phrase", "attribute", "nope"))), any_text
+            st.none(),
+            st.lists(st.sampled_from(("vector", "bm25", "graph", "phrase", "attribute", "temporal", "nope"))),
+            any_text,
         ),
         "ranking": st.booleans(),
         "v4": st.booleans(),
         "as_of": times,
+        "reference_time": times,
         "include_invalid": st.booleans(),
+        "candidates": st.booleans(),
     },
 )
 calls = st.one_of(
