@@ -59,12 +59,14 @@ def test_the_onnx_vectors_are_the_torch_vectors(torch_vectors, onnx_embedder):
 
 
 def test_the_int8_vectors_stay_close(torch_vectors):
-    from memoria_pg.core.embedding_onnx import OnnxEmbedder
+    from memoria_pg.core.embedding_onnx import INT8_RECIPE, OnnxEmbedder
 
     int8 = OnnxEmbedder(quantized=True)
-    assert int8.graph.name == "model-int8.onnx"
+    # the recipe is in the file's name: a graph cached by an earlier recipe (model-int8.onnx) is not reused
+    assert int8.graph.name == f"model-int8-{INT8_RECIPE}.onnx"
     gap = _cos_gap(torch_vectors, int8.embed(TEXTS))
-    assert gap.max() < 0.03, gap
+    # the empty text (two word pieces) moves most, ~0.005; quantize_dynamic's recipe moved them by up to 0.03
+    assert gap.max() < 0.01, gap
 
 
 def test_the_export_is_made_once_and_reused(onnx_embedder):
