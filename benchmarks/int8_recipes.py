@@ -373,9 +373,13 @@ def markdown(report: dict[str, Any]) -> str:
         f"onnxruntime {report['onnxruntime']}, {report['cpu']}; load (1 min) {report['load_start']} at the start, "
         f"{report['load_end']} at the end.",
         "",
-        "Every recipe: `quantize_dynamic` of the float graph (weights int8 ahead of time, activations uint8 "
-        "quantized per call, no calibration data); `baseline` is the shipped recipe (QInt8 weights, per channel, "
-        "MatMul). Excluded nodes stay float MatMuls.",
+        "No recipe uses calibration data. `baseline` is the earlier shipped recipe: `quantize_dynamic` (QInt8 "
+        "weights per output channel, MatMul; activations uint8, one scale per tensor, quantized per call); the "
+        "other quantize_dynamic recipes change one option or leave MatMuls in float. `nbits8-b<B>`: every weight "
+        "MatMul as ORT's MatMulNBits, 8-bit symmetric weights with one scale per block of B rows, accuracy_level "
+        "4 (int8 compute, activations quantized per row and block at run time); `-fp32`: the same weights "
+        "computed in float (accuracy_level 0). nbits8-b128 is the library's recipe from this change "
+        "(memoria_pg/core/embedding_onnx.quantize_onnx).",
         "",
         "## Recipes",
         "",
@@ -515,7 +519,12 @@ def main() -> None:
     parser.add_argument("--longmemeval-tenants", type=int, default=0, help="retrieval on the first N tenants (0: all)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default=str(ROOT / "results" / "embedding"))
+    parser.add_argument("--render", help="rewrite the .md beside this report .json (nothing is measured)")
     args = parser.parse_args()
+    if args.render:
+        path = Path(args.render)
+        path.with_suffix(".md").write_text(markdown(json.loads(path.read_text())))
+        return
 
     import onnxruntime
 
