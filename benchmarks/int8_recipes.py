@@ -119,18 +119,19 @@ def add_derived(table: dict[str, dict[str, Any]], fp32: Path, spec: str) -> None
 
 
 def quantize_nbits8(fp32: Path, out: Path, *, block_size: int, accuracy_level: int, nodes_to_exclude=()) -> None:
-    """Every weight MatMul as ONNX Runtime's MatMulNBits with 8-bit weights per block of `block_size`
-    rows (memoria_pg.core.embedding_onnx.quantize_matmuls_8bit, the library's int8 recipe at block 128);
-    accuracy_level 4 computes in int8 (activations quantized per row and block at run time)."""
+    """Every weight MatMul as ONNX Runtime's MatMulNBits with 8-bit symmetric weights per block of
+    `block_size` rows (its MatMulNBitsQuantizer, as the library's quantize_onnx runs it at block 128);
+    accuracy_level 0 computes in float, 4 in int8 (activations quantized per row and block at run time)."""
     import onnx
 
-    from memoria_pg.core.embedding_onnx import quantize_matmuls_8bit
+    from memoria_pg.core.embedding_onnx import _nbits_quantizer
 
-    model = onnx.load(str(fp32))
-    quantize_matmuls_8bit(
-        model, block_size=block_size, accuracy_level=accuracy_level, nodes_to_exclude=nodes_to_exclude
-    )
-    onnx.save(model, str(out))
+    q = _nbits_quantizer()(
+        onnx.load(str(fp32)), bits=8, block_size=block_size, is_symmetric=True,
+        accuracy_level=accuracy_level or None, nodes_to_exclude=list(nodes_to_exclude),
+    )  # fmt: skip
+    q.process()
+    onnx.save(q.model.model, str(out))
 
 
 def build(fp32: Path, name: str, options: dict[str, Any]) -> Path:

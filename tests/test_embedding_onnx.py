@@ -69,6 +69,27 @@ def test_the_int8_vectors_stay_close(torch_vectors):
     assert gap.max() < 0.01, gap
 
 
+def test_the_int8_quantizer_leaves_the_applications_logging_alone():
+    """onnxruntime's quantizer module calls logging.basicConfig(level=INFO) when imported: a library must
+    not configure its application's root logger, nor print a line per node it leaves in float."""
+    import logging
+    import sys
+
+    from memoria_pg.core.embedding_onnx import _nbits_quantizer
+
+    sys.modules.pop("onnxruntime.quantization.matmul_nbits_quantizer", None)  # imported afresh: its basicConfig runs
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    root.handlers[:] = []  # an application that has not configured logging (yet)
+    try:
+        _nbits_quantizer()
+        assert root.handlers == [] and root.level == level
+        assert logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").level == logging.WARNING
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
 def test_the_export_is_made_once_and_reused(onnx_embedder):
     from memoria_pg.core.embedding_onnx import ensure_onnx
 

@@ -15,6 +15,7 @@ quantized at run time: quantize_onnx), made from the float graph on first use.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import warnings
@@ -145,10 +146,11 @@ def _sentence_module(bert: Any) -> Any:
 
 
 def quantize_onnx(fp32: Path, out: Path) -> None:
-    """The int8 graph (INT8_RECIPE): every weight MatMul becomes ONNX Runtime's MatMulNBits with 8-bit
-    weights, one scale per block of INT8_BLOCK rows of each output column, computed in int8
-    (accuracy_level 4: the activations are quantized at run time per row and block, not per tensor).
-    No calibration data; the embeddings table (Gather) and the attention's own products stay float.
+    """The int8 graph (INT8_RECIPE), made by ONNX Runtime's own MatMulNBitsQuantizer: every weight
+    MatMul becomes MatMulNBits with 8-bit symmetric weights, one scale per block of INT8_BLOCK rows of
+    each output column, computed in int8 (accuracy_level 4: the activations are quantized at run time
+    per row and block, not per tensor). No calibration data; the embeddings table (Gather) and the
+    attention's own products stay float.
 
     The earlier recipe (quantize_dynamic: per-channel int8 weights, uint8 activations with one scale
     per tensor) took ~2.3x less CPU per query than the float graph but moved all-MiniLM-L6-v2's vectors
@@ -159,67 +161,32 @@ def quantize_onnx(fp32: Path, out: Path) -> None:
     INT8_RECIPE, so a graph cached by an earlier recipe is not reused."""
     try:
         import onnx
+
+        quantizer = _nbits_quantizer()
     except ImportError:
-        raise ConfigError("int8 quantization needs onnxruntime and onnx: pip install 'memoria-pg[onnx]'") from None
-    model = onnx.load(str(fp32))
-    quantize_matmuls_8bit(model, block_size=INT8_BLOCK, accuracy_level=4)
+        raise ConfigError(
+            "int8 quantization needs onnxruntime >= 1.22, onnx and onnx-ir: pip install 'memoria-pg[onnx]'"
+        ) from None
+    q = quantizer(onnx.load(str(fp32)), bits=8, block_size=INT8_BLOCK, is_symmetric=True, accuracy_level=4)
+    q.process()
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    onnx.save(model, str(tmp))
+    onnx.save(q.model.model, str(tmp))
     os.replace(tmp, out)
 
 
-def quantize_matmuls_8bit(
-    model: Any, *, block_size: int, accuracy_level: int, nodes_to_exclude: Sequence[str] = ()
-) -> int:
-    """Rewrite `model` in place: each MatMul whose second input is a 2-D weight (and whose name is not
-    excluded) as com.microsoft MatMulNBits, bits 8, symmetric: per block of `block_size` rows of a
-    column, scale = the weight of largest magnitude / -128, stored as round(w / scale) + 128 (what
-    ONNX Runtime's own MatMulNBitsQuantizer writes). Returns how many were rewritten."""
-    from onnx import helper, numpy_helper
-
-    graph = model.graph
-    weights = {i.name: i for i in graph.initializer}
-    excluded = set(nodes_to_exclude)
-    nodes, replaced, added = [], set(), []
-    for node in graph.node:
-        w_init = weights.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
-        if w_init is None or len(w_init.dims) != 2 or node.name in excluded:
-            nodes.append(node)
-            continue
-        w = numpy_helper.to_array(w_init).astype(np.float32)
-        rows, cols = w.shape
-        blocks_k = -(-rows // block_size)
-        w = np.pad(w, ((0, blocks_k * block_size - rows), (0, 0)))
-        blocks = w.T.reshape(cols, blocks_k, block_size)
-        largest = np.take_along_axis(blocks, np.abs(blocks).argmax(axis=-1)[..., None], axis=-1)
-        scales = (largest / np.float32(-128)).astype(np.float32)
-        safe = np.where(scales == 0, np.float32(1), scales)
-        q = np.clip(np.rint(blocks / safe) + 128, 0, 255).astype(np.uint8)
-        name = node.input[1]
-        added += [numpy_helper.from_array(q, f"{name}_Q8"), numpy_helper.from_array(scales[..., 0], f"{name}_scales")]
-        attrs: dict[str, int] = {"K": rows, "N": cols, "bits": 8, "block_size": block_size}
-        if accuracy_level:
-            attrs["accuracy_level"] = accuracy_level
-        nodes.append(
-            helper.make_node(
-                "MatMulNBits",
-                [node.input[0], f"{name}_Q8", f"{name}_scales"],
-                list(node.output),
-                name=f"{node.name}_Q8",
-                domain="com.microsoft",
-                **attrs,
-            )
-        )
-        replaced.add(name)
-    still_used = {i for n in nodes for i in n.input}
-    kept = [i for i in graph.initializer if i.name not in replaced or i.name in still_used]
-    del graph.initializer[:]
-    graph.initializer.extend(kept + added)
-    del graph.node[:]
-    graph.node.extend(nodes)
-    if replaced and not any(o.domain == "com.microsoft" for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    return len(replaced)
+def _nbits_quantizer() -> Any:
+    """onnxruntime's MatMulNBitsQuantizer. Its module configures the root logger at INFO when it is
+    imported (logging.basicConfig), and logs every node it skips: the application's logging is put
+    back as it was, and the module's own logger shows only warnings."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+    return MatMulNBitsQuantizer
 
 
 class OnnxEmbedder:
