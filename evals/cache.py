@@ -29,6 +29,10 @@ def model_label(model_path: str | None) -> str:
     onnx-int8): each backend's vectors are cached apart."""
     name = "all-MiniLM-L6-v2" if model_path is None else Path(model_path).name
     backend = embedding_backend()
+    if backend == "onnx-int8":  # the int8 graph's recipe too: another recipe's vectors are not reused
+        from memoria_pg.core.embedding_onnx import INT8_RECIPE
+
+        return f"{name}-{backend}-{INT8_RECIPE}"
     return name if backend == "torch" else f"{name}-{backend}"
 
 

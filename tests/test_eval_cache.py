@@ -58,3 +58,19 @@ def test_a_run_reads_what_it_saved_and_embeds_only_what_is_missing(tmp_path):
     assert model.calls == ["three"]
     assert out.shape == (3, DIM) and np.allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-6)
     np.testing.assert_array_equal(out[[0, 2]], first.embed(["two", "one"]))
+
+
+def test_each_backend_and_int8_recipe_is_cached_apart(monkeypatch):
+    """The int8 graph's recipe is in the cache's name: vectors of an earlier int8 recipe are not reused."""
+    from evals.cache import model_label
+    from memoria_pg.core.embedding_onnx import INT8_RECIPE
+
+    labels = {}
+    for backend in ("torch", "onnx", "onnx-int8"):
+        monkeypatch.setenv("MEMORIA_EMBEDDING_BACKEND", backend)
+        labels[backend] = model_label(None)
+    assert labels == {
+        "torch": "all-MiniLM-L6-v2",
+        "onnx": "all-MiniLM-L6-v2-onnx",
+        "onnx-int8": f"all-MiniLM-L6-v2-onnx-int8-{INT8_RECIPE}",
+    }
