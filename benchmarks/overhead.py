@@ -59,6 +59,7 @@ SNAPSHOT = """
 SELECT queryid, left(query, 400), calls, total_exec_time + total_plan_time
 FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND query NOT LIKE 'SELECT queryid, left(query, %'  -- this snapshot: the one before the query is counted after it
 """
 
 
@@ -161,7 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     for mode, rs in rows.items():
         stages: dict[str, list[float]] = {}
         for r in rs:
-            for k, v in {**r["sequential"], **r["workers"]}.items():
+            for k, v in {
+                **r["sequential"],
+                **r["workers"],
+                "unrecognized (counted as sequential)": r["unknown"],
+            }.items():
                 stages.setdefault(k, []).append(v)
         figures[mode] = {
             "wall_ms": summary([r["wall_ms"] for r in rs]),
