@@ -70,7 +70,11 @@ def capture(name: str, root: Path, dsn: str, out: Path, settings: dict[str, Any]
             t0 = time.perf_counter()
             for q in dataset.queries:
                 response = system.query(
-                    q.text, tenant=q.tenant, top_k=depth, embedding=query_vectors[q.query_id], ranking=False,
+                    q.text,
+                    tenant=q.tenant,
+                    top_k=depth,
+                    embedding=query_vectors[q.query_id],
+                    ranking=False,
                     reference_time=q.reference_time,
                 )
                 d = response.diagnostics
