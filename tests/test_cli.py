@@ -265,3 +265,29 @@ def test_query_prints_results_with_the_real_model(dsn, tmp_path):
     assert response["memories"][0]["content"].startswith("Oskar repairs vintage bicycles")
     assert response["diagnostics"]["ranking_skipped"] is True
     assert "vector" in response["diagnostics"]["completed_sources"]
+
+
+def test_query_asked_at_a_time_and_as_of_a_time(dsn, tmp_path):
+    """--reference-time: 'yesterday' counts back from it (the temporal worker finds what was stored
+    then); --as-of leaves out what was stored later; a time that is not one is a one-line error."""
+    path = write_jsonl(
+        tmp_path / "m.jsonl",
+        [
+            {"content": "Serviced the road bike at the shop.", "tenant": "t", "created_at": "2024-06-03T10:00:00Z"},
+            {"content": "Bought a new bike helmet.", "tenant": "t", "created_at": "2024-09-01T10:00:00Z"},
+        ],
+    )
+    assert invoke("--dsn", dsn, "ingest", str(path)).exit_code == 0
+    asked = invoke(
+        "--dsn", dsn, "query", "--tenant", "t", "--json", "--no-ranking",
+        "--reference-time", "2024-06-04T09:00:00Z", "what did I do with my bike yesterday?",
+    )  # fmt: skip
+    assert asked.exit_code == 0, asked.output
+    response = json.loads(asked.stdout)
+    assert "temporal" in response["diagnostics"]["completed_sources"]
+    assert response["memories"][0]["content"] == "Serviced the road bike at the shop."
+    then = invoke("--dsn", dsn, "query", "--tenant", "t", "--json", "--as-of", "2024-07-01", "bike")
+    assert then.exit_code == 0, then.output
+    assert [m["content"] for m in json.loads(then.stdout)["memories"]] == ["Serviced the road bike at the shop."]
+    bad = invoke("--dsn", dsn, "query", "--tenant", "t", "--reference-time", "next tuesday-ish", "bike")
+    assert bad.exit_code != 0 and "reference_time" in bad.output and "Traceback" not in bad.output

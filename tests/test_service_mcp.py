@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
 import queue
@@ -82,6 +83,10 @@ async def remember_and_recall(client: Client) -> dict[str, Any]:
     typed = await client.call_tool("recall", {"query": "tea", "memory_type": "preference"})
     bad = await client.call_tool("recall", {"query": "x", "memory_type": "nope"})
     out_of_range = await client.call_tool("recall", {"query": "x", "top_k": 0})
+    # asked at a time: "yesterday" of the day after the memories were stored is today (the temporal worker)
+    tomorrow = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).isoformat()
+    dated = await client.call_tool("recall", {"query": "what did Maya's dog do yesterday?", "reference_time": tomorrow})
+    not_a_time = await client.call_tool("recall", {"query": "yesterday", "reference_time": "next tuesday-ish"})
     types = await client.call_tool("memory_types", {})
     resource = await client.read_resource("memoria://memory-types")
     return {
@@ -92,6 +97,8 @@ async def remember_and_recall(client: Client) -> dict[str, Any]:
         "typed": typed.structured_content["memories"],
         "bad": (bad.is_error, bad.content[0].text),
         "out_of_range": out_of_range.is_error,
+        "dated": dated.structured_content["memories"],
+        "not_a_time": (not_a_time.is_error, not_a_time.content[0].text),
         "types": types.structured_content["types"],
         "resource": resource.contents[0].text,
     }
@@ -113,6 +120,8 @@ def check_session(result: dict[str, Any]) -> None:
     assert [m["memory_type"] for m in result["typed"]] == ["preference"]
     assert result["bad"][0] is True and "unknown memory_type 'nope'" in result["bad"][1]
     assert result["out_of_range"] is True
+    assert "temporal" in result["dated"][0]["sources"] and "reference_time" in recall_schema["properties"]
+    assert result["not_a_time"][0] is True and "reference_time" in result["not_a_time"][1]
     names = {t["name"] for t in result["types"]}
     assert {"general", "episodic", "semantic", "procedural", "preference", "fact"} <= names
     assert "**preference**" in result["resource"]

@@ -120,6 +120,11 @@ def _lazy(items: collections.deque[str]) -> Iterator[str]:
 @click.option("--workers", help="Comma-separated workers, overriding the route.")
 @click.option("--no-ranking", is_flag=True, help="Retrieval-only: order by retrieval score.")
 @click.option("--v3", is_flag=True, help="Use the V3 path (vector search only).")
+@click.option("--as-of", help="Answer as of this ISO 8601 time: the memories valid then.")
+@click.option(
+    "--reference-time",
+    help="The ISO 8601 time the question is asked at, which 'last week' counts back from (default: --as-of, else now).",
+)
 @click.option("--explain", is_flag=True, help="Show the route, each worker's SQL, plan and time, and the candidates.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole response as JSON.")
 @click.pass_context
@@ -133,6 +138,8 @@ def query(
     workers: str | None,
     no_ranking: bool,
     v3: bool,
+    as_of: str | None,
+    reference_time: str | None,
     explain: bool,
     as_json: bool,
 ) -> None:
@@ -154,6 +161,8 @@ def query(
             workers=worker_list,
             ranking=ranking,
             v4=False if v3 else None,
+            as_of=as_of,
+            reference_time=reference_time,
             candidates=explain,  # only --explain shows more than the memories returned
         )
         if as_json:

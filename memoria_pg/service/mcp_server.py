@@ -261,11 +261,19 @@ def _add_recall(tool: Register, memory: Callable[[], AsyncMemorySystem], tenant_
         query: Annotated[str, Field(description="What to look for, as a question or keywords")],
         memory_type: Annotated[str | None, Field(description="Only memories of this type (see memory_types)")] = None,
         top_k: Annotated[int, Field(ge=1, le=50, description="How many memories to return")] = 5,
+        reference_time: Annotated[
+            dt.datetime | None,
+            Field(
+                description="Optional ISO 8601 time the question is asked at, which 'last week' or 'four weeks ago' "
+                "count back from (default now): for a conversation replayed later"
+            ),
+        ] = None,
     ) -> Recall:
         try:
             response = await memory().query(
-                query, tenant=tenant_of(ctx), memory_type=memory_type, top_k=top_k, candidates=False
-            )
+                query, tenant=tenant_of(ctx), memory_type=memory_type, top_k=top_k, candidates=False,
+                reference_time=reference_time,
+            )  # fmt: skip
         except MemoriaError as exc:
             raise ToolError(str(exc)) from exc
         return Recall(memories=[recalled(c) for c in response.memories])
