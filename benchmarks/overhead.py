@@ -36,6 +36,7 @@ import library
 import psycopg
 from before_after import locomo_queries
 from report import summary
+from scale import with_db
 
 from memoria_pg import Config, MemorySystem
 
@@ -119,9 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(REPO / "results" / "scale"))
     args = parser.parse_args(argv)
 
-    params = psycopg.conninfo.conninfo_to_dict(args.admin_dsn)
-    params["dbname"] = args.db
-    dsn = psycopg.conninfo.make_conninfo(**params)
+    dsn = with_db(args.admin_dsn, args.db)
     if args.locomo:
         queries, vectors = locomo_queries(Path(args.locomo), args.queries)
     else:
