@@ -15,6 +15,7 @@ and their meaning relative to a reference time is what matters.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Callable
 
@@ -96,36 +97,32 @@ def time_window(text: str, reference: dt.datetime) -> Window | None:
     """The window of creation times the query speaks of, [start, end), or None: no expression, or
     one whose window would pass the ends of the calendar (year 1 or 9999: a reference time there)."""
     lowered = text.lower()
-    found: list[tuple[int, Callable[[], Window]]] = []
+    # each expression's window as a function of the reference, computed for the one chosen only
+    found: list[tuple[int, Callable[[dt.datetime], Window]]] = []
     for match in _AGO.finditer(lowered):
-        days = _number(match.group("n")) * UNITS[match.group("unit")]
-        spread = max(1.0, 0.25 * days) * DAY  # "four weeks ago": 21 to 35 days back
-        found.append((match.start(), _ago(reference, days * DAY, spread)))
+        back = _number(match.group("n")) * UNITS[match.group("unit")] * DAY
+        spread = max(DAY, 0.25 * back)  # "four weeks ago": 21 to 35 days back
+        found.append((match.start(), functools.partial(_around, back=back, spread=spread)))
     for match in _PAST.finditer(lowered):
-        days = _number(match.group("n")) * UNITS[match.group("unit")]
-        found.append((match.start(), _ago(reference, days * DAY, None)))
+        back = _number(match.group("n")) * UNITS[match.group("unit")] * DAY
+        found.append((match.start(), functools.partial(_since, back=back)))
     for pattern, window in _FIXED:
-        for match in pattern.finditer(lowered):
-            found.append((match.start(), _bound(window, reference)))
+        found.extend((match.start(), window) for match in pattern.finditer(lowered))
     if not found:
         return None
     try:
-        start, end = min(found, key=lambda f: f[0])[1]()
+        start, end = min(found, key=lambda f: f[0])[1](reference)
         return start - SLACK, min(end, reference) + SLACK
     except (OverflowError, ValueError):  # past datetime's range: nothing can have been stored then
         return None
 
 
-def _ago(reference: dt.datetime, back: dt.timedelta, spread: dt.timedelta | None) -> Callable[[], Window]:
-    """A counted window: `back` before the reference, `spread` on each side ("ago"), or up to the
-    reference (None: "the past N days"). Computed when chosen, so that its range is checked then."""
-    if spread is None:
-        return lambda: (reference - back, reference)
-    return lambda: (reference - back - spread, reference - back + spread)
+def _around(reference: dt.datetime, *, back: dt.timedelta, spread: dt.timedelta) -> Window:
+    return reference - back - spread, reference - back + spread
 
 
-def _bound(window: Callable[[dt.datetime], Window], reference: dt.datetime) -> Callable[[], Window]:
-    return lambda: window(reference)
+def _since(reference: dt.datetime, *, back: dt.timedelta) -> Window:
+    return reference - back, reference
 
 
 def _number(text: str) -> int:
