@@ -67,6 +67,53 @@ def test_the_int8_vectors_stay_close(torch_vectors):
     gap = _cos_gap(torch_vectors, int8.embed(TEXTS))
     # the empty text (two word pieces) moves most, ~0.005; quantize_dynamic's recipe moved them by up to 0.03
     assert gap.max() < 0.01, gap
+    assert int8.quantized and int8.name.endswith("-onnx-int8")
+
+
+def test_an_int8_graph_that_fails_on_this_host_leaves_the_float_graph(monkeypatch, caplog, torch_vectors):
+    """An onnxruntime without the 8-bit kernels of its CPU fails when the graph first runs: the default
+    backend must still embed, with the float graph, and say why."""
+    from memoria_pg.core import embedding_onnx
+
+    real_open = embedding_onnx.OnnxEmbedder._open
+
+    def no_int8_kernels(self, graph, threads):
+        if "int8" in graph.name:
+            raise RuntimeError(
+                "[ONNXRuntimeError] : 1 : FAIL : Only 4b quantization is supported for unpacked compute."
+            )
+        return real_open(self, graph, threads)
+
+    monkeypatch.setattr(embedding_onnx.OnnxEmbedder, "_open", no_int8_kernels)
+    with caplog.at_level("WARNING", logger="memoria_pg.core.embedding_onnx"):
+        made = embedding_onnx.OnnxEmbedder(quantized=True)
+    assert not made.quantized and made.graph.name == "model.onnx" and made.name.endswith("-onnx")
+    assert "int8 graph is not used on this host (Only 4b quantization" not in caplog.text  # the first line only
+    assert "int8 graph is not used on this host ([ONNXRuntimeError] : 1 : FAIL : Only 4b" in caplog.text
+    assert _cos_gap(torch_vectors, made.embed(TEXTS)).max() < 1e-5  # the float graph's vectors
+
+
+def test_an_int8_graph_whose_vectors_stray_leaves_the_float_graph(monkeypatch, caplog):
+    """Its vectors of the probe texts are checked against the float graph's (kept beside it): a graph
+    that computes something else on this host is not used."""
+    from memoria_pg.core import embedding_onnx
+
+    real = embedding_onnx.OnnxEmbedder._probe_reference
+    # the float graph's vectors of the probe texts, in another order: the int8 graph's no longer match
+    monkeypatch.setattr(embedding_onnx.OnnxEmbedder, "_probe_reference", lambda self: real(self)[::-1].copy())
+    with caplog.at_level("WARNING", logger="memoria_pg.core.embedding_onnx"):
+        made = embedding_onnx.OnnxEmbedder(quantized=True)
+    assert not made.quantized and made.graph.name == "model.onnx"
+    assert "from the float graph's in 1 - cosine" in caplog.text
+
+
+def test_the_probe_reference_is_kept_beside_the_float_graph(onnx_embedder):
+    from memoria_pg.core import embedding_onnx
+
+    kept = onnx_embedder._probe_reference()
+    files = list(onnx_embedder.graph.parent.glob("probe-*.npy"))
+    assert len(files) == 1 and np.array_equal(np.load(files[0]), kept)
+    assert kept.shape == (len(embedding_onnx.PROBE_TEXTS), 384)
 
 
 def test_the_int8_quantizer_leaves_the_applications_logging_alone():
@@ -120,7 +167,9 @@ def test_an_unwritable_cache_is_a_config_error(tmp_path, onnx_embedder):
 
 
 def test_the_backend_is_a_checked_setting(monkeypatch):
-    assert Config().embedding_backend == "onnx"  # the default: parity with torch (results/embedding/)
+    # the default: int8 at evaluation parity (results/20261206-074756-onnx-int8/), the float graph where it cannot run
+    assert Config().embedding_backend == "onnx-int8"
+    assert Config.from_env({"MEMORIA_EMBEDDING_BACKEND": "onnx"}).embedding_backend == "onnx"
     assert Config.from_env({"MEMORIA_EMBEDDING_BACKEND": "onnx-int8"}).embedding_backend == "onnx-int8"
     with pytest.raises(ConfigError, match="embedding_backend must be one of"):
         Config(embedding_backend="tensorrt")
