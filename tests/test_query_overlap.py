@@ -114,3 +114,68 @@ def test_a_failing_embedding_fails_the_query_and_leaves_the_pool_whole(config):
         assert every_connection_back(system)
         ok = system.query("where does Jonas live?", tenant="t", embedding=HashEmbedder().embed(["Jonas"])[0])
         assert ok.memories
+
+
+class RecordingEmbedder(HashEmbedder):
+    """HashEmbedder that records each query text it embeds, and on which thread, and signals `started`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = threading.Event()
+        self.queries: list[tuple[str, bool]] = []
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) == 1:
+            self.queries.append((texts[0], threading.current_thread() is threading.main_thread()))
+            self.started.set()
+        return super().embed(texts)
+
+
+def test_the_query_is_embedded_while_it_is_processed(config, monkeypatch):
+    """The entity lookup (processing's read) waits until the embedding has started: it can only go on
+    if the embedding runs beside it, on another thread (before, processing came first and this waited
+    out its patience)."""
+    from memoria_pg.query.processor import TableLookup
+
+    embedder = RecordingEmbedder()
+    lookup = TableLookup.__call__
+    waited: list[bool] = []
+
+    def after_the_embedding_started(self, norms):
+        waited.append(embedder.started.wait(10.0))
+        return lookup(self, norms)
+
+    with MemorySystem(config.replace(query_cache_size=0), embedder=embedder) as system:
+        system.store_many(MEMORIES)
+        embedder.queries.clear()
+        monkeypatch.setattr(TableLookup, "__call__", after_the_embedding_started)
+        for memory_type in (None, "preference"):  # the typed one waits for its vector before any worker
+            embedder.started.clear()
+            response = system.query("Where does Jonas live?", tenant="t", memory_type=memory_type, ranking=False)
+            d = response.diagnostics
+            assert waited[-1] and d.embedding_beside_processing and d.policy_satisfied
+            assert embedder.queries[-1] == ("Where does Jonas live?", False)  # normalized, not on this thread
+            first = response.memories[0]
+            assert first.memory_type == "preference" if memory_type else "Jonas lives in Porto" in first.content
+        assert waited == [True, True] and len(embedder.queries) == 2
+
+
+def test_a_processor_that_normalizes_otherwise_has_its_own_text_embedded(config):
+    """The vector is always that of query.normalized: a processor whose normalized text is not
+    normalize(text) has its own text embedded once processing is done."""
+    from memoria_pg.query.processor import QueryProcessor
+
+    class Lowering(QueryProcessor):
+        def process(self, text, tenant, memory_type=None, *, speaker=None):
+            query = super().process(text, tenant, memory_type, speaker=speaker)
+            query.normalized = query.normalized.lower()
+            return query
+
+    embedder = RecordingEmbedder()
+    with MemorySystem(config.replace(query_cache_size=0), embedder=embedder) as system:
+        system.store_many(MEMORIES)
+        embedder.queries.clear()
+        system.pipeline.processor_factory = lambda types, lookup: Lowering(types, entity_lookup=lookup)
+        response = system.query("Where does Jonas LIVE?", tenant="t", ranking=False)
+    assert [text for text, _ in embedder.queries] == ["Where does Jonas LIVE?", "where does jonas live?"]
+    assert not response.diagnostics.embedding_beside_processing and response.diagnostics.embedding_overlapped

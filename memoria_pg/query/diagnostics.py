@@ -18,6 +18,9 @@ class Diagnostics:
     # The query was embedded while its workers that need no vector ran (Config.overlap_embedding):
     # retrieval_ms then counts from their start, so it includes the embedding.
     embedding_overlapped: bool = False
+    # The query was embedded on another thread while it was processed (the entity lookup, the analysis):
+    # Config.overlap_embedding, for a query the library embeds.
+    embedding_beside_processing: bool = False
     retrieval_ms: float = 0.0
     database_ms: float = 0.0  # the final CTE (candidate construction)
     ranking_ms: float = 0.0

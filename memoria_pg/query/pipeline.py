@@ -10,6 +10,7 @@ collaborator is handed in by MemorySystem; each stage is a method a caller may r
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import contextvars
 import dataclasses
@@ -165,19 +166,47 @@ class QueryPipeline:
 
     def retrieval(self, request: QueryRequest, diag: Diagnostics) -> Retrieval:
         """Processing, embedding and retrieval (V4 or V3): every read of the query. A V4 query the
-        library embeds starts its workers that need no vector first (Config.overlap_embedding)."""
+        library embeds is embedded beside its processing and starts its workers that need no vector
+        before the embedding is in hand (Config.overlap_embedding: retrieval_overlapped)."""
         if not request.v4:
             return self.retrieval_v3(request, diag)
-        query, rows = self.process(request, diag)
         if request.embedding is None and self.config.overlap_embedding:
-            query, route, names = self.route(query, request.workers, diag)
-            names = self.leave_out_auxiliary(names, query, rows, request, diag)
-            if not self.relevance_applies(query):
-                return self.retrieve_overlapped(query, route, names, rows, request, diag)
-            vector = self.embed_unbudgeted(query.normalized, None, diag)
-            return self.retrieve_routed(query, route, names, vector, rows, request, diag)
+            return self.retrieval_overlapped(request, diag)
+        query, rows = self.process(request, diag)
         vector = self.embed_unbudgeted(query.normalized, request.embedding, diag)
         return self.retrieve(query, vector, rows, request, diag)
+
+    def retrieval_overlapped(self, request: QueryRequest, diag: Diagnostics) -> Retrieval:
+        """`retrieval` of a V4 query the library embeds: once the request is checked, its normalized
+        text is embedded on one of the scheduler's threads while this one processes the query (the
+        entity lookup's round trip, the analysis) and starts the workers that need no vector
+        (retrieve_overlapped); the vector worker starts when the embedding is done. A typed query the
+        relevance pool may answer waits for the vector before any worker (relevance_applies). A
+        processor whose normalized text is not `normalize(text)` (a plugin's) has its own text
+        embedded afterwards, as without the overlap: the vector is always that of query.normalized."""
+        self.validate(request)
+        validation.query_text(request.text, self.config.max_query_chars)  # before the text goes to the model
+        normalized = normalize(request.text)
+        pending = self.scheduler.submit(self.embed, normalized, None, diag)
+        diag.embedding_beside_processing = True
+        query, rows = self.process(request, diag)
+        vector: cf.Future[np.ndarray] | None = pending
+        if query.normalized != normalized:
+            diag.embedding_beside_processing, vector = False, None
+        query, route, names = self.route(query, request.workers, diag)
+        names = self.leave_out_auxiliary(names, query, rows, request, diag)
+        if not self.relevance_applies(query):
+            return self.retrieve_overlapped(query, route, names, rows, request, diag, vector)
+        return self.retrieve_routed(query, route, names, self.embedded(query, vector, diag), rows, request, diag)
+
+    def embedded(self, query: ProcessedQuery, pending: cf.Future[np.ndarray] | None, diag: Diagnostics) -> np.ndarray:
+        """The query's vector: the embedding started beside its processing, awaited outside the query's
+        budget like `embed_unbudgeted` (it may load the model); or, with none, query.normalized's now."""
+        if pending is None:
+            return self.embed_unbudgeted(query.normalized, None, diag)
+        budget = current_budget()
+        with budget.paused() if budget is not None else contextlib.nullcontext():
+            return pending.result()
 
     def retrieval_v3(self, request: QueryRequest, diag: Diagnostics) -> Retrieval:
         """V3's reads in one transaction. The query is checked and embedded first (the embedding reads
@@ -318,11 +347,13 @@ class QueryPipeline:
         rows: Mapping[str, int],
         request: QueryRequest,
         diag: Diagnostics,
+        pending: cf.Future[np.ndarray] | None = None,
     ) -> Retrieval:
         """`retrieve_routed` with the embedding beside the workers that need no vector: they start
-        first, the query is embedded meanwhile, then the others (vector) start and the run finishes
-        under the completion policy, its deadline counted from then. Only where the relevance pool
-        cannot answer (relevance_applies): its fast path needs the vector before any worker."""
+        first, the query is embedded meanwhile (or its embedding, `pending`, started beside processing,
+        is awaited), then the others (vector) start and the run finishes under the completion policy,
+        its deadline counted from then. Only where the relevance pool cannot answer (relevance_applies):
+        its fast path needs the vector before any worker."""
         early = [n for n in names if not getattr(self.registry[n], "uses_embedding", True)]
         late = [n for n in names if n not in early]
         ctx = self.context(query, route, _NO_VECTOR, rows)
@@ -334,7 +365,7 @@ class QueryPipeline:
         deadline = self.config.retrieval_deadline_ms
         running = self.scheduler.start(self.tasks(early, ctx), tenant=query.tenant, deadline_ms=deadline, db=db)
         try:
-            vector = self.embed_unbudgeted(query.normalized, None, diag)
+            vector = self.embedded(query, pending, diag)
             ctx = dataclasses.replace(ctx, embedding=vector)
             running.add(self.tasks(late, ctx))  # QueryTimeout if the budget is spent by now
         except BaseException:

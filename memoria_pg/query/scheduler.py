@@ -17,10 +17,12 @@ returned to the pool.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -31,6 +33,7 @@ from ..db.database import set_tenant
 from ..db.pipeline import answered, tenant_block
 from ..db.replicas import server_failure
 
+T = TypeVar("T")
 SUBMITTED, COMPLETED, PENDING, FAILED = "submitted", "completed", "pending", "failed"
 CANCEL_GRACE_S = 0.2  # how long to wait for cancelled statements to leave the server
 CANCEL_TIMEOUT_S = 2.0  # how long a cancel request may take to be answered
@@ -130,6 +133,12 @@ class Scheduler:
         running = Running(self, db or self.db, tenant, deadline_ms)
         running.add(tasks, restart=False)
         return running
+
+    def submit(self, fn: Callable[..., T], /, *args: Any) -> cf.Future[T]:
+        """Run `fn(*args)` on the scheduler's threads in the caller's context (its read target, its
+        budget): the query's own work beside its statements, such as its embedding beside its
+        processing (QueryPipeline.retrieval_overlapped)."""
+        return self._executor.submit(contextvars.copy_context().run, fn, *args)
 
     def run_sequential(self, tasks: Mapping[str, WorkerFn | Parts], tenant: str) -> dict[str, list[SourceHit]]:
         """The same workers one after another on one connection (benchmarks compare against this); a
