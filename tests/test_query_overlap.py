@@ -133,8 +133,8 @@ class RecordingEmbedder(HashEmbedder):
 
 def test_the_query_is_embedded_while_it_is_processed(config, monkeypatch):
     """The entity lookup (processing's read) waits until the embedding has started: it can only go on
-    if the embedding runs beside it, on another thread (before, processing came first and this waited
-    out its patience)."""
+    if processing runs beside the embedding, on another thread (before, processing came first and this
+    waited out its patience). The caller's thread embeds."""
     from memoria_pg.query.processor import TableLookup
 
     embedder = RecordingEmbedder()
@@ -142,7 +142,7 @@ def test_the_query_is_embedded_while_it_is_processed(config, monkeypatch):
     waited: list[bool] = []
 
     def after_the_embedding_started(self, norms):
-        waited.append(embedder.started.wait(10.0))
+        waited.append(embedder.started.wait(10.0) and threading.current_thread() is not threading.main_thread())
         return lookup(self, norms)
 
     with MemorySystem(config.replace(query_cache_size=0), embedder=embedder) as system:
@@ -154,7 +154,7 @@ def test_the_query_is_embedded_while_it_is_processed(config, monkeypatch):
             response = system.query("Where does Jonas live?", tenant="t", memory_type=memory_type, ranking=False)
             d = response.diagnostics
             assert waited[-1] and d.embedding_beside_processing and d.policy_satisfied
-            assert embedder.queries[-1] == ("Where does Jonas live?", False)  # normalized, not on this thread
+            assert embedder.queries[-1] == ("Where does Jonas live?", True)  # normalized, on the caller's thread
             first = response.memories[0]
             assert first.memory_type == "preference" if memory_type else "Jonas lives in Porto" in first.content
         assert waited == [True, True] and len(embedder.queries) == 2
@@ -178,4 +178,5 @@ def test_a_processor_that_normalizes_otherwise_has_its_own_text_embedded(config)
         system.pipeline.processor_factory = lambda types, lookup: Lowering(types, entity_lookup=lookup)
         response = system.query("Where does Jonas LIVE?", tenant="t", ranking=False)
     assert [text for text, _ in embedder.queries] == ["Where does Jonas LIVE?", "where does jonas live?"]
-    assert not response.diagnostics.embedding_beside_processing and response.diagnostics.embedding_overlapped
+    d = response.diagnostics
+    assert not d.embedding_beside_processing and not d.embedding_overlapped and d.policy_satisfied

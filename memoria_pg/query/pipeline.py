@@ -50,7 +50,7 @@ from .processor import EntityLookup, PrefetchedLookup, QueryProcessor, TableLook
 from .relevance import relevance_pool
 from .response import QueryResponse
 from .routing import Router, submitted_workers
-from .scheduler import Parts, Scheduler, SchedulerResult, Task
+from .scheduler import Parts, Running, Scheduler, SchedulerResult, Task
 from .shards import ALL as ALL_SHARD
 from .shards import per_shard_limit, populated, select_shards, tenant_rows
 from .time_window import time_window
@@ -177,36 +177,43 @@ class QueryPipeline:
         return self.retrieve(query, vector, rows, request, diag)
 
     def retrieval_overlapped(self, request: QueryRequest, diag: Diagnostics) -> Retrieval:
-        """`retrieval` of a V4 query the library embeds: once the request is checked, its normalized
-        text is embedded on one of the scheduler's threads while this one processes the query (the
-        entity lookup's round trip, the analysis) and starts the workers that need no vector
-        (retrieve_overlapped); the vector worker starts when the embedding is done. A typed query the
-        relevance pool may answer waits for the vector before any worker (relevance_applies). A
-        processor whose normalized text is not `normalize(text)` (a plugin's) has its own text
-        embedded afterwards, as without the overlap: the vector is always that of query.normalized."""
+        """`retrieval` of a V4 query the library embeds. Once the request is checked, this thread embeds
+        its normalized text while one of the scheduler's threads processes the query (the analysis, the
+        entity lookup's round trip), routes it and starts the workers that need no vector
+        (start_overlapped); the vector worker starts when the embedding is done (finish_overlapped).
+        The model runs outside the interpreter's lock, so the two go on side by side, and the embedding
+        does not wait for another thread to be scheduled. A typed query the relevance pool may answer
+        starts no worker before it has the vector (relevance_applies). A processor whose normalized
+        text is not `normalize(text)` (a subclass's) has its own text embedded afterwards: the vector is
+        always that of query.normalized."""
         self.validate(request)
         validation.query_text(request.text, self.config.max_query_chars)  # before the text goes to the model
         normalized = normalize(request.text)
-        pending = self.scheduler.submit(self.embed, normalized, None, diag)
+        started = self.scheduler.submit(self._process_and_start, request, normalized, diag)
+        try:
+            vector = self.embed_unbudgeted(normalized, None, diag)
+        except BaseException:
+            _abandon(started)  # cancels the workers it started, if any; the embedding's error is the query's
+            raise
+        overlap = started.result()  # processing's error is the query's
+        if overlap.running is None:  # the relevance pool first, or another normalized text: no worker started
+            if overlap.query.normalized != normalized:
+                diag.embedding_beside_processing = False
+                vector = self.embed_unbudgeted(overlap.query.normalized, None, diag)
+            q, route, names, rows = overlap.query, overlap.route, overlap.names, overlap.rows
+            return self.retrieve_routed(q, route, names, vector, rows, request, diag)
+        return self.finish_overlapped(overlap, vector, request, diag)
+
+    def _process_and_start(self, request: QueryRequest, normalized: str, diag: Diagnostics) -> _Overlap:
+        """retrieval_overlapped's other thread: processing and routing, then the workers that need no
+        vector started (unless the relevance pool may answer, or the processor normalized otherwise)."""
         diag.embedding_beside_processing = True
         query, rows = self.process(request, diag)
-        vector: cf.Future[np.ndarray] | None = pending
-        if query.normalized != normalized:
-            diag.embedding_beside_processing, vector = False, None
         query, route, names = self.route(query, request.workers, diag)
         names = self.leave_out_auxiliary(names, query, rows, request, diag)
-        if not self.relevance_applies(query):
-            return self.retrieve_overlapped(query, route, names, rows, request, diag, vector)
-        return self.retrieve_routed(query, route, names, self.embedded(query, vector, diag), rows, request, diag)
-
-    def embedded(self, query: ProcessedQuery, pending: cf.Future[np.ndarray] | None, diag: Diagnostics) -> np.ndarray:
-        """The query's vector: the embedding started beside its processing, awaited outside the query's
-        budget like `embed_unbudgeted` (it may load the model); or, with none, query.normalized's now."""
-        if pending is None:
-            return self.embed_unbudgeted(query.normalized, None, diag)
-        budget = current_budget()
-        with budget.paused() if budget is not None else contextlib.nullcontext():
-            return pending.result()
+        if query.normalized != normalized or self.relevance_applies(query):
+            return _Overlap(query, route, tuple(names), rows)
+        return self.start_overlapped(query, route, names, rows, diag)
 
     def retrieval_v3(self, request: QueryRequest, diag: Diagnostics) -> Retrieval:
         """V3's reads in one transaction. The query is checked and embedded first (the embedding reads
@@ -339,46 +346,46 @@ class QueryPipeline:
         hits.update(self.run_workers(names, ctx, diag))
         return self.finish_retrieval(query, route, hits, t0, diag, request, ctx)
 
-    def retrieve_overlapped(
-        self,
-        query: ProcessedQuery,
-        route: Route,
-        names: Sequence[str],
-        rows: Mapping[str, int],
-        request: QueryRequest,
-        diag: Diagnostics,
-        pending: cf.Future[np.ndarray] | None = None,
-    ) -> Retrieval:
-        """`retrieve_routed` with the embedding beside the workers that need no vector: they start
-        first, the query is embedded meanwhile (or its embedding, `pending`, started beside processing,
-        is awaited), then the others (vector) start and the run finishes under the completion policy,
+    def start_overlapped(
+        self, query: ProcessedQuery, route: Route, names: Sequence[str], rows: Mapping[str, int], diag: Diagnostics
+    ) -> _Overlap:
+        """The workers that need no vector, started before the query is embedded (retrieval_overlapped);
+        finish_overlapped adds the others (vector) and finishes the run under the completion policy,
         its deadline counted from then. Only where the relevance pool cannot answer (relevance_applies):
         its fast path needs the vector before any worker."""
         early = [n for n in names if not getattr(self.registry[n], "uses_embedding", True)]
-        late = [n for n in names if n not in early]
+        late = tuple(n for n in names if n not in early)
         ctx = self.context(query, route, _NO_VECTOR, rows)
         diag.shards = [s.memory_type or "*" for s in ctx.shards]
         if self.config.enable_relevance_pool:
             diag.relevance_pool_count, diag.relevance_fast_path = 0, False
-        t0 = time.perf_counter()
-        db = self.read_db
+        t0, db = time.perf_counter(), self.read_db
         deadline = self.config.retrieval_deadline_ms
         running = self.scheduler.start(self.tasks(early, ctx), tenant=query.tenant, deadline_ms=deadline, db=db)
+        return _Overlap(query, route, tuple(names), rows, late, ctx, running, db, t0)
+
+    def finish_overlapped(
+        self, overlap: _Overlap, vector: np.ndarray, request: QueryRequest, diag: Diagnostics
+    ) -> Retrieval:
+        """start_overlapped's run with the vector: its other workers added, the run finished, the final CTE."""
+        running, ctx, db = overlap.running, overlap.ctx, overlap.db
+        if running is None or ctx is None or db is None:
+            raise RuntimeError("finish_overlapped needs a run start_overlapped started")
+        query, route, names = overlap.query, overlap.route, overlap.names
         try:
-            vector = self.embedded(query, pending, diag)
             ctx = dataclasses.replace(ctx, embedding=vector)
-            running.add(self.tasks(late, ctx))  # QueryTimeout if the budget is spent by now
+            running.add(self.tasks(overlap.late, ctx))  # QueryTimeout if the budget is spent by now
         except BaseException:
-            running.abandon()  # cancels what still runs; the embedding's (or the budget's) error is the query's
+            running.abandon()  # cancels what still runs; the budget's error is the query's
             raise
         diag.embedding_overlapped = True
         if not names:
             running.finish()
-            return self.finish_retrieval(query, route, self._no_workers(diag), t0, diag, request, ctx)
+            return self.finish_retrieval(query, route, self._no_workers(diag), overlap.t0, diag, request, ctx)
         result = running.finish()
         result.states = {name: result.states[name] for name in names}  # the route's order, as submitted
         hits = self._record(result, db, diag)
-        return self.finish_retrieval(query, route, dict(hits), t0, diag, request, ctx)
+        return self.finish_retrieval(query, route, dict(hits), overlap.t0, diag, request, ctx)
 
     def finish_retrieval(
         self,
@@ -868,3 +875,29 @@ def _decided_without_auxiliary(
         return False
     head = kept[:top_k]
     return len(head) >= top_k and all(c.retrieval_score > 0 or "vector_distance" in c.scores for c in head)
+
+
+@dataclass(frozen=True)
+class _Overlap:
+    """What the processing thread of retrieval_overlapped hands back: the processed and routed query,
+    and, when it started the workers that need no vector, their run (start_overlapped)."""
+
+    query: ProcessedQuery
+    route: Route
+    names: tuple[str, ...]
+    rows: Mapping[str, int]
+    late: tuple[str, ...] = ()  # the workers to add once the vector is in hand
+    ctx: WorkerContext | None = None
+    running: Running | None = None
+    db: Database | None = None
+    t0: float = 0.0
+
+
+def _abandon(started: cf.Future[_Overlap]) -> None:
+    """After the embedding failed: once the processing thread is done, cancel the run it started."""
+    try:
+        overlap = started.result()
+    except Exception:  # processing failed too: nothing was started
+        return
+    if overlap.running is not None:
+        overlap.running.abandon()
