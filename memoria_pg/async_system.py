@@ -33,6 +33,7 @@ import numpy as np
 from .config import Config
 from .core.types import ForgetResult, HistoryEvent, Memory, MemoryRecord, StoreResult
 from .db import vector_indexes
+from .db.database import CLOSED
 from .errors import PoolTimeout, ServerError
 from .query import QueryResponse
 from .system import MemorySystem
@@ -85,7 +86,7 @@ class AsyncMemorySystem:
             future = self._executor.submit(call)
         except RuntimeError:  # the executor was shut down: close() was called
             self._slots.release()
-            raise ServerError("this memory system is closed (its close() was called): open a new one") from None
+            raise ServerError(CLOSED) from None
         except BaseException:
             self._slots.release()
             raise

@@ -505,11 +505,14 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection:
         raise ServerError(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {exc}") from exc
 
 
+CLOSED = "this memory system is closed (its close() was called): open a new one"
+
+
 def describe(exc: psycopg.Error) -> str:
     """A one-line account of a driver error met while a connection was in use."""
     message = first_line(exc)
     if isinstance(exc, psycopg_pool.PoolClosed):
-        return "this memory system is closed (its close() was called): open a new one"
+        return CLOSED
     if isinstance(exc, psycopg.OperationalError) and (exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P"))):
         return (
             f"the connection to PostgreSQL failed while in use ({message}); its transaction was rolled back, "

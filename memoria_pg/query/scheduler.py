@@ -29,9 +29,10 @@ import psycopg
 from ..core.types import SourceHit
 from ..db import Database
 from ..db.budget import current_budget
-from ..db.database import set_tenant
+from ..db.database import CLOSED, set_tenant
 from ..db.pipeline import answered, tenant_block
 from ..db.replicas import server_failure
+from ..errors import ServerError
 
 T = TypeVar("T")
 SUBMITTED, COMPLETED, PENDING, FAILED = "submitted", "completed", "pending", "failed"
@@ -138,7 +139,10 @@ class Scheduler:
         """Run `fn(*args)` on the scheduler's threads in the caller's context (its read target, its
         budget): the query's own work beside its statements, such as its embedding beside its
         processing (QueryPipeline.retrieval_overlapped)."""
-        return self._executor.submit(contextvars.copy_context().run, fn, *args)
+        try:
+            return self._executor.submit(contextvars.copy_context().run, fn, *args)
+        except RuntimeError:  # the executor was shut down: its MemorySystem was closed
+            raise ServerError(CLOSED) from None
 
     def run_sequential(self, tasks: Mapping[str, WorkerFn | Parts], tenant: str) -> dict[str, list[SourceHit]]:
         """The same workers one after another on one connection (benchmarks compare against this); a
