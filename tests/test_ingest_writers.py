@@ -60,8 +60,12 @@ def state(dsn: str) -> dict[str, object]:
                 "SELECT m.content, e.norm_name FROM memoria.memory_entities me "
                 "JOIN memoria.memories m ON m.id = me.memory_id JOIN memoria.entities e ON e.id = me.entity_id"
             ),
+            # An edge is stored once, from its smaller entity id (migration 0017), and the ids follow the
+            # order the writers' batches first named the entities, which two writers may change: an edge
+            # is compared by its two names, whichever end holds which.
             "edges": q(
-                "SELECT ed.tenant, a.norm_name, b.norm_name, ed.weight FROM memoria.entity_edges ed "
+                "SELECT ed.tenant, least(a.norm_name, b.norm_name), greatest(a.norm_name, b.norm_name), ed.weight "
+                "FROM memoria.entity_edges ed "
                 "JOIN memoria.entities a ON a.id = ed.src_id JOIN memoria.entities b ON b.id = ed.dst_id"
             ),
             "attributes": q(
