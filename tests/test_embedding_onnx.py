@@ -88,6 +88,7 @@ def test_an_int8_graph_that_fails_on_this_host_leaves_the_float_graph(monkeypatc
     with caplog.at_level("WARNING", logger="memoria_pg.core.embedding_onnx"):
         made = embedding_onnx.OnnxEmbedder(quantized=True)
     assert not made.quantized and made.graph.name == "model.onnx" and made.name.endswith("-onnx")
+    assert made.int8_refused is not None and made.int8_refused.endswith("supported for unpacked compute.")
     assert "int8 graph is not used on this host (Only 4b quantization" not in caplog.text  # the first line only
     assert "int8 graph is not used on this host ([ONNXRuntimeError] : 1 : FAIL : Only 4b" in caplog.text
     assert _cos_gap(torch_vectors, made.embed(TEXTS)).max() < 1e-5  # the float graph's vectors
@@ -105,6 +106,18 @@ def test_an_int8_graph_whose_vectors_stray_leaves_the_float_graph(monkeypatch, c
         made = embedding_onnx.OnnxEmbedder(quantized=True)
     assert not made.quantized and made.graph.name == "model.onnx"
     assert "from the float graph's in 1 - cosine" in caplog.text
+
+
+def test_the_export_command_says_whether_the_int8_graph_is_used_here(onnx_embedder):
+    from click.testing import CliRunner
+
+    from memoria_pg.cli import cli
+
+    result = CliRunner().invoke(cli, ["model", "export-onnx"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].endswith("model.onnx") and lines[1].endswith(".onnx") and "int8" in lines[1]
+    assert lines[2] == "int8 graph: checked on this host, in use (embedding_backend onnx-int8)"
 
 
 def test_the_probe_reference_is_kept_beside_the_float_graph(onnx_embedder):

@@ -26,7 +26,8 @@ def export_onnx_cmd(ctx: click.Context, int8: bool, cache_dir: str | None) -> No
     """Export the embedding model's local weights to ONNX (once; nothing is downloaded).
 
     Needs torch and transformers for this step only; later processes with embedding_backend=onnx
-    or onnx-int8 load the graph with ONNX Runtime and import neither."""
+    or onnx-int8 load the graph with ONNX Runtime and import neither. With --int8 it then says whether
+    the int8 graph passes the check each process makes before using it on this host."""
     from ..core.embedding import _packaged_model
     from ..core.embedding_onnx import ensure_onnx
 
@@ -38,3 +39,12 @@ def export_onnx_cmd(ctx: click.Context, int8: bool, cache_dir: str | None) -> No
     click.echo(ensure_onnx(folder, cache_dir=target))
     if int8:
         click.echo(ensure_onnx(folder, quantized=True, cache_dir=target))
+        # The check each process makes before embedding with it (and the float graph's probe vectors,
+        # kept beside it, made now rather than by the first query process).
+        from ..core.embedding_onnx import OnnxEmbedder
+
+        checked = OnnxEmbedder(str(folder), quantized=True, cache_dir=target)
+        if checked.int8_refused is None:
+            click.echo("int8 graph: checked on this host, in use (embedding_backend onnx-int8)")
+        else:
+            click.echo(f"int8 graph: not used on this host ({checked.int8_refused}); the float graph embeds instead")

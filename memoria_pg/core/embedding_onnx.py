@@ -229,6 +229,7 @@ class OnnxEmbedder:
         self.folder = folder
         self.graph = ensure_onnx(folder, cache_dir=cache_dir)  # the float graph, exported on first use
         self.quantized = False
+        self.int8_refused: str | None = None  # why the int8 graph asked for is not used here
         self.max_tokens = _max_seq_length(folder)
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_length=self.max_tokens)
@@ -257,6 +258,7 @@ class OnnxEmbedder:
                 raise ValueError(f"its vectors are {gap:.4f} from the float graph's in 1 - cosine")
         except Exception as exc:  # any failure of the optional graph: the float one embeds
             reason = next(iter(str(exc).strip().splitlines()), "") or type(exc).__name__
+            self.int8_refused = reason
             log.warning(
                 "embedding_backend onnx-int8: the int8 graph is not used on this host (%s); "
                 "the float graph embeds instead (embedding_backend onnx)",
