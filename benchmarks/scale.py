@@ -3,8 +3,9 @@
     python benchmarks/scale.py --n 100000 [--dsn ADMIN_DSN | --embedded] [--queries 200] [--out results/scale]
 
 Vectors are HashEmbedder vectors (synthetic bag-of-words, hashed, unit length), supplied with the
-records and the queries, so the numbers are the database part alone; one phase then embeds the
-queries with the real model (all-MiniLM-L6-v2 on CPU) when it is importable. See benchmarks/README.md.
+records and the queries, so the numbers are the database part alone; one phase then lets the library
+embed the queries with its own embedder as configured (`embedding_backend`: ONNX Runtime's int8 graph of
+all-MiniLM-L6-v2 by default) when it loads. See benchmarks/README.md.
 """
 
 from __future__ import annotations
