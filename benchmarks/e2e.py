@@ -16,7 +16,6 @@ backend. Writes results/scale/<UTC timestamp>-<db>-e2e.{md,json}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -25,7 +24,7 @@ from typing import Any
 
 import corpus
 from overhead import git_head
-from report import summary
+from report import run_line, save_figures, summary
 from scale import with_db
 
 from memoria_pg import Config, MemorySystem
@@ -96,14 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"db": args.db, "commit": git_head(), "cpus": os.cpu_count(), "load": load, "queries": len(queries),
             "rounds": args.rounds, "backends": backends}  # fmt: skip
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stamp}-{args.db}-e2e.json").write_text(json.dumps({**meta, "figures": figures}, indent=1))
+    save_figures(out, f"{stamp}-{args.db}-e2e", meta, figures)
     lines = [
         f"# End to end with the real query embedding: {args.db}",
         "",
-        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, commit {meta['commit']}, {meta['cpus']} CPUs, "
-        f"load {min(load):.1f}-{max(load):.1f}; {len(queries)} scale queries x {args.rounds} rounds, the backends "
-        "taking turns query by query (`benchmarks/e2e.py`). The library embeds each query (all-MiniLM-L6-v2).",
+        run_line(meta, load) + f"{len(queries)} scale queries x {args.rounds} rounds, the backends taking turns "
+        "query by query (`benchmarks/e2e.py`). The library embeds each query (all-MiniLM-L6-v2).",
         "",
         f"| mode | backend | wall p50 / p95 ms | embedding p50 ms | client CPU ms per query | median per-query ratio to {first} | p95 <= {TARGET_P95_MS:g} ms |",
         "|---|---|---|---|---|---|---|",

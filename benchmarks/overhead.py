@@ -23,7 +23,6 @@ the extension (created here if missing). Writes results/scale/<timestamp>-<db>-o
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -35,7 +34,7 @@ import corpus
 import library
 import psycopg
 from before_after import locomo_queries
-from report import summary
+from report import run_line, save_figures, summary
 from scale import with_db
 
 from memoria_pg import Config, MemorySystem
@@ -176,15 +175,13 @@ def main(argv: list[str] | None = None) -> int:
         }
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     meta = {"db": args.db, "commit": git_head(), "cpus": os.cpu_count(), "load": load, "queries": len(queries),
             "rounds": args.rounds, "locomo": bool(args.locomo)}  # fmt: skip
-    (out / f"{stamp}-{args.db}-overhead.json").write_text(json.dumps({**meta, "figures": figures}, indent=1))
+    save_figures(out, f"{stamp}-{args.db}-overhead", meta, figures)
     lines = [
         f"# The library's overhead around its SQL: {args.db}",
         "",
-        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, commit {meta['commit']}, {meta['cpus']} CPUs, "
-        f"load {min(load):.1f}-{max(load):.1f}; {len(queries)} {'LoCoMo' if args.locomo else 'scale'} queries x "
+        run_line(meta, load) + f"{len(queries)} {'LoCoMo' if args.locomo else 'scale'} queries x "
         f"{args.rounds} rounds, each mode after the other in turn, vectors supplied, retrieval-only "
         "(`benchmarks/overhead.py`). Server time per statement from `pg_stat_statements` around each query.",
         "",

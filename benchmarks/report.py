@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +26,20 @@ def summary(values: list[float]) -> dict[str, float] | None:
         "mean": float(a.mean()),
         "max": float(a.max()),
     }
+
+
+def save_figures(out: Path, name: str, meta: dict[str, Any], figures: dict[str, Any]) -> None:
+    """A side-by-side run's figures with its metadata, as <out>/<name>.json (the folder made if needed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps({**meta, "figures": figures}, indent=1))
+
+
+def run_line(meta: dict[str, Any], load: list[float]) -> str:
+    """How a side-by-side report opens: when (UTC), the commit, the CPUs and the load over the run."""
+    return (
+        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, commit {meta['commit']}, {meta['cpus']} CPUs, "
+        f"load {min(load):.1f}-{max(load):.1f}; "
+    )
 
 
 def median(values: list[float]) -> float | None:
