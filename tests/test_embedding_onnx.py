@@ -250,3 +250,23 @@ def test_a_query_process_on_onnx_imports_no_torch_alembic_or_evals(dsn, onnx_emb
     assert "Porto" in done.stdout
     line = next(ln for ln in done.stdout.splitlines() if ln.startswith("MODULES "))
     assert json.loads(line.removeprefix("MODULES ")) == []
+
+
+def test_a_probe_reference_that_cannot_be_kept_is_computed_and_nothing_is_left(onnx_embedder, tmp_path, monkeypatch):
+    """A cache folder the process cannot write (a read-only image): the float graph's probe vectors are
+    computed in place, and no partial file stays behind."""
+    from memoria_pg.core import embedding_onnx
+
+    folder = tmp_path / "graphs"
+    folder.mkdir()
+    (folder / "model.onnx").symlink_to(onnx_embedder.graph)
+    monkeypatch.setattr(onnx_embedder, "graph", folder / "model.onnx")
+
+    def full_disk(file, array, *args, **kwargs):
+        file.write(b"\x93NUMPY")  # a partial write, then the failure
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(embedding_onnx.np, "save", full_disk)
+    vectors = onnx_embedder._probe_reference()
+    assert vectors.shape == (len(embedding_onnx.PROBE_TEXTS), 384)
+    assert sorted(p.name for p in folder.iterdir()) == ["model.onnx"]

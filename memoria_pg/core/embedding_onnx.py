@@ -278,10 +278,13 @@ class OnnxEmbedder:
                 return kept
         vectors = self._run(self._open(self.graph, 1), list(PROBE_TEXTS))
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with contextlib.suppress(OSError):
+        try:
             with open(tmp, "wb") as f:
                 np.save(f, vectors)
             os.replace(tmp, path)
+        except OSError:  # a read-only cache: computed again by the next process
+            with contextlib.suppress(OSError):
+                tmp.unlink()
         return vectors
 
     def _session(self, threads: int) -> Any:
