@@ -2,7 +2,7 @@
 
 Two MemorySystems on the same database in one process, the configuration's defaults ("default")
 and the same with --set KEY=VALUE ("set"), take turns: each runs the scale benchmark's
-queries (embedding supplied, retrieval-only, no candidate list unless --candidates) from T client
+queries (embedding supplied unless --embed, retrieval-only, no candidate list unless --candidates) from T client
 threads for --seconds, one then the other, then the other way round, --rounds times. Reported per side: queries/s
 (median over its turns), latency p50 / p95 over all its queries, the client process's CPU per query
 (its turns only) and its own server backends' CPU per query (/proc/<pid>/schedstat of the
@@ -69,7 +69,9 @@ def backends(admin: psycopg.Connection, app: str) -> list[int]:
     return [r[0] for r in rows]
 
 
-def turn(side: Side, admin: psycopg.Connection, threads: int, seconds: float, jobs, candidates: bool) -> None:
+def turn(
+    side: Side, admin: psycopg.Connection, threads: int, seconds: float, jobs, candidates: bool, embed: bool = False
+) -> None:
     """The side's queries from `threads` clients for `seconds`: its queries/s, CPU per query."""
     stop = threading.Event()
     latencies: list[float] = []
@@ -81,8 +83,9 @@ def turn(side: Side, admin: psycopg.Connection, threads: int, seconds: float, jo
             text, tenant, memory_type, vector = jobs[i % len(jobs)]
             t0 = time.perf_counter()
             side.system.query(
-                text, tenant=tenant, memory_type=memory_type, ranking=False, embedding=vector, candidates=candidates
-            )
+                text, tenant=tenant, memory_type=memory_type, ranking=False, candidates=candidates,
+                embedding=None if embed else vector,
+            )  # fmt: skip
             ms = (time.perf_counter() - t0) * 1000
             with lock:
                 latencies.append(ms)
@@ -126,6 +129,10 @@ def main() -> int:
     p.add_argument("--tenants", type=int, default=10)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--candidates", action="store_true", help="ask for the candidate list too (the default query)")
+    p.add_argument(
+        "--embed", action="store_true",
+        help="let the library embed each query (its configured embedder, ONNX int8 by default) instead of supplying it",
+    )  # fmt: skip
     p.add_argument("--out", default="results/scale")
     args = p.parse_args()
     params = psycopg.conninfo.conninfo_to_dict(args.dsn)
@@ -140,7 +147,7 @@ def main() -> int:
     levels = [int(t) for t in args.threads.split(",")]
     with psycopg.connect(dsn, autocommit=True) as admin:
         for side in (changed, default):  # warm-up: statements prepared, pages cached, the pools' connections open
-            turn(side, admin, max(levels), min(5.0, args.seconds), jobs, args.candidates)
+            turn(side, admin, max(levels), min(5.0, args.seconds), jobs, args.candidates, args.embed)
             side.turns.clear()
             side.latencies.clear()
         per_level: dict[int, dict[str, Any]] = {}
@@ -150,7 +157,7 @@ def main() -> int:
                 side.latencies.clear()
             for r in range(args.rounds):
                 for side in (changed, default) if r % 2 == 0 else (default, changed):
-                    turn(side, admin, threads, args.seconds, jobs, args.candidates)
+                    turn(side, admin, threads, args.seconds, jobs, args.candidates, args.embed)
             per_level[threads] = {side.label: summarize(side) for side in (changed, default)}
             c, d = per_level[threads]["set"], per_level[threads]["default"]
             print(f"{threads} clients: set {c['qps']:.1f} q/s, default {d['qps']:.1f} q/s", file=sys.stderr)
@@ -182,8 +189,9 @@ def write(args: argparse.Namespace, per_level: dict[int, dict[str, Any]], dsn: s
         "",
         f"Commit {head.stdout.strip()}, {os.cpu_count()} CPUs. One process, two MemorySystems on the same "
         f"database taking turns of {args.seconds:.0f} s (one then the other, then the other way round), {args.rounds} rounds per client count; "
-        f"the {args.queries} scale-benchmark queries (seed {args.seed}, {args.tenants} tenants), embedding "
-        f"supplied, retrieval-only, {'with' if args.candidates else 'no'} candidate list. CPU per query: the "
+        f"the {args.queries} scale-benchmark queries (seed {args.seed}, {args.tenants} tenants), "
+        f"{'embedded by the library (its configured embedder)' if args.embed else 'embedding supplied'}, "
+        f"retrieval-only, {'with' if args.candidates else 'no'} candidate list. CPU per query: the "
         "client process during the side's turns, and the side's own server backends (schedstat).",
         "",
         "| clients | side | queries/s (median of turns) | turns | p50 ms | p95 ms | client CPU ms/query | "
