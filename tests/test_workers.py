@@ -442,6 +442,41 @@ def test_phrase_checks_at_most_phrase_candidates_memories_per_phrase(system):
     ] == [h.memory_id for h in capped]
 
 
+def _phrase_rows_to_read(system: MemorySystem, query: ProcessedQuery, shard: Shard) -> list[int]:
+    """The memories whose rows the phrase statement reads and checks: its `kept` candidates (the
+    statement's CTEs, then a SELECT of that one)."""
+    ctx = WorkerContext(
+        query=query, embedding=np.zeros(system.config.embedding_dim, dtype=np.float32), shards=(shard,),
+        limit=50, graph_limit=50, graph_depth=1, config=system.config, graph_backend=system.graph_backend,
+    )  # fmt: skip
+    worker = PhraseWorker()
+    text = shard_sql(worker.sql_name, shard)
+    ctes = text[: text.index("SELECT m.id AS memory_id")]
+    with system.db.transaction(query.tenant) as conn:
+        rows = conn.execute(ctes + "SELECT memory_id FROM kept ORDER BY memory_id", worker.params(ctx, shard))
+        return [r["memory_id"] if isinstance(r, dict) else r[0] for r in rows.fetchall()]
+
+
+@pytest.mark.parametrize("shard", [ALL, Shard("general")])
+def test_phrase_reads_only_the_rows_holding_the_companion_term(system, monkeypatch, shard):
+    """The anchor (rarest term) finds six memories; only the three that also hold the phrase's other
+    term (its companion) are read and checked, and the matches are those of reading all six."""
+    from memoria_pg.query.workers import phrase
+
+    both = ["Wendy Zimmermann joined the board", "a note from Wendy Zimmermann", "Wendy met Zimmermann twice"]
+    alone = ["Zimmermann alone here", "Zimmermann again", "the Zimmermann file"]
+    wendy = [f"Wendy and item {i}" for i in range(5)]  # the companion is commoner than the anchor
+    ids = system.store_many([{"content": c, "tenant": "t"} for c in both + alone + wendy]).ids
+    query = processed("x", phrases=["Wendy Zimmermann"])
+    matches = {ids[0], ids[1]}  # "Wendy met Zimmermann" holds both words, not the phrase
+
+    assert {h.memory_id for h in run(system, PhraseWorker(), query, shards=(shard,))} == matches
+    assert _phrase_rows_to_read(system, query, shard) == sorted(ids[:3])
+    monkeypatch.setattr(phrase, "COMPANION_POSTINGS", 0)  # no companion is rare enough: each candidate read
+    assert {h.memory_id for h in run(system, PhraseWorker(), query, shards=(shard,))} == matches
+    assert _phrase_rows_to_read(system, query, shard) == sorted(ids[:6])
+
+
 # -- attribute ---------------------------------------------------------------------------------------
 
 

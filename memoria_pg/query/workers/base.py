@@ -184,15 +184,15 @@ class Worker(Source):
 #     (%(memory_type)s::text IS NULL OR <alias>.memory_type = %(memory_type)s::text)
 # On a cached generic plan it prunes no partition (an OR with "IS NULL": every partition's index is
 # read, and for a typed shard the rows of the other types are read and dropped). shard_sql writes it for
-# the statement's shard instead: a typed shard keeps the equality, which a generic plan prunes by at
-# executor start-up (and a custom plan at planning); the whole table needs no filter.
+# the statement's shard instead, wherever it occurs: a typed shard keeps the equality, which a generic
+# plan prunes by at executor start-up (and a custom plan at planning); the whole table needs no filter.
 SHARD_FILTER = re.compile(r"\(%\(memory_type\)s::text IS NULL OR (\w+)\.memory_type = %\(memory_type\)s::text\)")
 
 
 @functools.cache
 def _shard_sql(name: str, typed: bool) -> str:
     text = load_sql(name)
-    if len(SHARD_FILTER.findall(text)) != 1:
+    if not SHARD_FILTER.search(text):
         raise RuntimeError(f"sql/{name}.sql lost its shard filter ({SHARD_FILTER.pattern})")
     return SHARD_FILTER.sub(r"\1.memory_type = %(memory_type)s::text" if typed else "TRUE", text)
 

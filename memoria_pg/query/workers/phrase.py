@@ -7,10 +7,16 @@ from ...core.text import tokenize
 from ...core.types import ProcessedQuery, Route, Shard
 from .base import FusionWeights, Worker, WorkerContext
 
+# The phrase's second-rarest term filters the anchor's candidates when it has at most this many times
+# the candidates per phrase in postings: reading one costs a fraction of the index probe and heap row
+# each candidate it rules out would (sql/workers/phrase.sql).
+COMPANION_POSTINGS = 10
+
 
 class PhraseWorker(Worker):
     """Positional full-text match of the query's phrases, over at most Config.phrase_candidates
-    memories per phrase (its rarest term's postings in impact order)."""
+    memories per phrase (its rarest term's postings in impact order) that also hold its second-rarest
+    term where that term is not common."""
 
     name = "phrase"
     sql_name = "workers/phrase"
@@ -37,6 +43,8 @@ class PhraseWorker(Worker):
             "memory_type": shard.memory_type,
             "limit": ctx.limit,
             "per_phrase": ctx.config.phrase_candidates,
+            # a companion term's postings are read whole up to this many (sql/workers/phrase.sql)
+            "companion_df": COMPANION_POSTINGS * ctx.config.phrase_candidates,
         }
 
     def score(self, row: dict[str, Any]) -> float:
