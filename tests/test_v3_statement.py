@@ -16,6 +16,7 @@ from memoria_pg.query.candidates import v3_statement
 from memoria_pg.query.shards import ALL, tenant_rows
 from memoria_pg.query.workers import DEFAULT_WORKERS
 from memoria_pg.query.workers.vector import exact
+from memoria_pg.ranking import RankingPipeline
 from memoria_pg.system import MemorySystem
 
 DIM = 384
@@ -59,8 +60,8 @@ def both_paths(system: MemorySystem, monkeypatch, vector: np.ndarray, **kwargs):
 def stored(config: Config):
     """A system with 40 memories of tenant t over three memory types and 10 of another tenant."""
 
-    def make(**overrides):
-        system = MemorySystem(dataclasses.replace(config, **overrides), embedder=HashEmbedder())
+    def make(ranking=None, **overrides):
+        system = MemorySystem(dataclasses.replace(config, **overrides), embedder=HashEmbedder(), ranking=ranking)
         rng = np.random.default_rng(7)
         types = ("general", "episodic", "fact")
         records = [
@@ -73,8 +74,8 @@ def stored(config: Config):
 
     systems: list[MemorySystem] = []
 
-    def factory(**overrides):
-        system, ids, rng = make(**overrides)
+    def factory(ranking=None, **overrides):
+        system, ids, rng = make(ranking, **overrides)
         systems.append(system)
         return system, ids, rng
 
@@ -95,7 +96,8 @@ def test_v3_in_one_statement_gives_what_the_two_statements_give(stored, monkeypa
 
 
 def test_a_ranked_v3_query_gets_the_same_candidates_with_their_vectors(stored, monkeypatch):
-    system, ids, rng = stored()
+    """A ranking that reads the candidates' vectors (MMR) gets them on both paths."""
+    system, ids, rng = stored(ranking=RankingPipeline(mmr_lambda=0.7))
     vector = unit(rng, 1)[0]
     one, two = both_paths(system, monkeypatch, vector, ranking=True)
     assert one[0] == two[0]  # the ranking's own scores move with the access counts each query writes

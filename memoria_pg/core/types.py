@@ -113,7 +113,7 @@ class CandidateRecord:
     created_at: dt.datetime
     last_accessed_at: dt.datetime | None
     access_count: int
-    embedding: np.ndarray | None  # None in a retrieval-only query (ranking off): only ranking reads it
+    embedding: np.ndarray | None  # None unless the ranking stage reads it (RankingStage: MMR, signal plugins)
     external_id: str | None = None
     sources: list[str] = field(default_factory=list)
     # per-source scores: vector_distance, bm25, fusion, graph_hops, attribute_distance, phrase,

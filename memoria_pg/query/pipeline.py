@@ -236,13 +236,13 @@ class QueryPipeline:
                 diag.query_processing_ms = _ms(t0)
                 self.read_db.renew_budget(conn)
                 return self.retrieve_v3_in(
-                    conn, query, vector, rows, request.top_k, diag, embeddings=self.ranks(request)
+                    conn, query, vector, rows, request.top_k, diag, embeddings=self.reads_vectors(request)
                 )  # fmt: skip
             grams = candidate_ngrams(normalized)
             validity = Validity(request.as_of, request.include_invalid)
             t0 = time.perf_counter()
             found = self._v3_statement(
-                conn, vector, request.top_k, validity, self.ranks(request), grams, self.fetch_limit(request)
+                conn, vector, request.top_k, validity, self.reads_vectors(request), grams, self.fetch_limit(request)
             )
             diag.database_ms = _ms(t0)
             t1 = time.perf_counter()
@@ -253,7 +253,9 @@ class QueryPipeline:
             query.validity = validity
             diag.query_processing_ms = _ms(t1)
             if found.hits == 0:  # nothing, or a tenant above the exact bound: the vector worker's search
-                searched = self._v3_worker_search(conn, query, vector, None, request.top_k, diag, self.ranks(request))
+                searched = self._v3_worker_search(
+                    conn, query, vector, None, request.top_k, diag, self.reads_vectors(request)
+                )
                 if searched is not None:
                     return searched
         return self._v3_retrieval(query, found, diag)
@@ -418,7 +420,7 @@ class QueryPipeline:
     ) -> list[CandidateRecord]:
         """The final CTE's candidates in retrieval order, current facts first."""
         found = self.candidates(
-            hits, query.tenant, diag, query.validity, embeddings=self.ranks(request),
+            hits, query.tenant, diag, query.validity, embeddings=self.reads_vectors(request),
             fetch=self.fetch_limit(request), prefer_type=query.memory_type_hint,
         )  # fmt: skip
         return prefer_current_facts(retrieval_order(found))
@@ -766,8 +768,13 @@ class QueryPipeline:
 
     # -- ranking and the response -----------------------------------------------------------------
     def ranks(self, request: QueryRequest) -> bool:
-        """Whether the query runs the ranking stage (the only reader of the candidates' vectors)."""
+        """Whether the query runs the ranking stage."""
         return request.ranking and self.ranking is not None
+
+    def reads_vectors(self, request: QueryRequest) -> bool:
+        """Whether the query's candidates need their vectors: only a ranking stage that reads them
+        does (RankingStage: MMR, signal plugins, or a stage of the caller's that does not say)."""
+        return self.ranks(request) and bool(getattr(self.ranking, "reads_embeddings", True))
 
     def rank(self, retrieval: Retrieval, request: QueryRequest, diag: Diagnostics) -> list[CandidateRecord]:
         """The ranking stage's top_k, or the retrieval order's (retrieval-only)."""

@@ -66,7 +66,11 @@ class RankingWeights:
 
 
 class RankingStage(Protocol):
-    """The ranking stage after retrieval: the returned memories, best first, at most top_k."""
+    """The ranking stage after retrieval: the returned memories, best first, at most top_k.
+
+    The candidates come with their vectors (CandidateRecord.embedding) unless the stage has a
+    `reads_embeddings` attribute that is false (reads_embeddings): 200 vectors are most of what the
+    final CTE sends."""
 
     def rank(
         self,
@@ -115,6 +119,12 @@ class RankingPipeline:
         self.half_life_days = half_life_days
         self.access_saturation = access_saturation
         self.rank_constant = rank_constant
+
+    @property
+    def reads_embeddings(self) -> bool:
+        """Whether ranking reads the candidates' vectors: MMR does (mmr_lambda below 1), and a signal
+        plugin may. With neither (the default) the final CTE does not send them."""
+        return self.mmr_lambda < 1.0 or bool(self.signal_plugins)
 
     def score(
         self,
