@@ -47,6 +47,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "vector_exact_max_rows": (0, 2**63 - 1),
     "vector_parallel_parts": (1, 64),
     "vector_parallel_min_rows": (0, 2**63 - 1),
+    "vector_parallel_alone_min_rows": (0, 2**63 - 1),
     "cross_encoder_top_n": (0, INT4_MAX),
     "max_content_chars": (1, 150_000),
     "max_query_chars": (1, 150_000),
@@ -138,6 +139,11 @@ class Config:
     # (VectorWorker.parts). 1 = one statement. Measured in the README (configuration).
     vector_parallel_parts: int = 2
     vector_parallel_min_rows: int = 20_000
+    # The same bound for a search with cores to spare (WorkerContext.spare_cores): a query the library
+    # embeds starts its vector search once the vector is in hand, when its other workers have had a
+    # head start; with no other query of this process in flight, two statements then cost its latency
+    # less than they cost the machine (README: configuration). 0: no such split.
+    vector_parallel_alone_min_rows: int = 5_000
 
     enable_v4: bool = True
     enable_sharding: bool = True

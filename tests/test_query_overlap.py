@@ -180,3 +180,54 @@ def test_a_processor_that_normalizes_otherwise_has_its_own_text_embedded(config)
     assert [text for text, _ in embedder.queries] == ["Where does Jonas LIVE?", "where does jonas live?"]
     d = response.diagnostics
     assert not d.embedding_beside_processing and not d.embedding_overlapped and d.policy_satisfied
+
+
+class HoldingEmbedder(HashEmbedder):
+    """HashEmbedder that holds the embedding of the query text "hold" until `release` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holding, self.release = threading.Event(), threading.Event()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if list(texts) == ["hold"]:
+            self.holding.set()
+            self.release.wait(10.0)
+        return super().embed(texts)
+
+
+def test_the_vector_search_splits_when_the_query_has_the_cores_to_itself(config, monkeypatch):
+    """A query the library embeds starts its vector search after the others: with no other query of the
+    process in flight it runs as two statements from vector_parallel_alone_min_rows on; beside another
+    query, or with the vector supplied (every worker starts at once), it stays one. The same answer."""
+    from memoria_pg.query.workers.vector import VectorWorker
+
+    parts: list[int] = []
+    run_part = VectorWorker.run_part
+    monkeypatch.setattr(
+        VectorWorker, "run_part", lambda self, conn, statement: parts.append(1) or run_part(self, conn, statement)
+    )
+    embedder = HoldingEmbedder()
+    cfg = config.replace(query_cache_size=0, vector_parallel_min_rows=10**6, vector_parallel_alone_min_rows=2)
+    with MemorySystem(cfg, embedder=embedder) as system:
+        system.store_many(MEMORIES + [{"content": f"episode {i} in Lisbon", "tenant": "t", "memory_type": "episodic"}
+                                      for i in range(4)])  # fmt: skip
+        alone = system.query("Jonas in Lisbon", tenant="t", ranking=False, top_k=20)
+        assert len(parts) == 2
+        parts.clear()
+        supplied = system.query(
+            "Jonas in Lisbon", tenant="t", ranking=False, top_k=20, embedding=embedder.embed(["Jonas in Lisbon"])[0]
+        )
+        assert parts == []
+        held = threading.Thread(target=system.query, args=("hold",), kwargs={"tenant": "t"})
+        held.start()
+        try:
+            assert embedder.holding.wait(10.0)  # that query is in flight, embedding
+            beside = system.query("Jonas in Lisbon", tenant="t", ranking=False, top_k=20)
+            assert parts == [] and beside.diagnostics.embedding_overlapped
+        finally:
+            embedder.release.set()
+            held.join(10.0)
+        assert len(parts) == 2  # the held query, alone once released
+    answers = [[(m.memory_id, m.retrieval_score) for m in r.memories] for r in (alone, supplied, beside)]
+    assert answers[0] == answers[1] == answers[2] and len(answers[0]) == 7

@@ -275,6 +275,12 @@ def test_a_large_tenants_search_splits_by_memory_type_into_parts(system, vectors
     ]
     assert VectorWorker().parts(dataclasses.replace(ctx, shards=(Shard("general"),))) is None
     assert VectorWorker().parts(dataclasses.replace(ctx, tenant_rows=None)) is None
+    # with cores to spare (WorkerContext.spare_cores) the lower vector_parallel_alone_min_rows applies
+    spare = dataclasses.replace(ctx, spare_cores=True)
+    for alone, split in ((27, True), (28, False), (0, False)):
+        cfg = system.config.replace(vector_parallel_min_rows=10**6, vector_parallel_alone_min_rows=alone)
+        assert (VectorWorker().parts(dataclasses.replace(spare, config=cfg)) is not None) == split, alone
+        assert VectorWorker().parts(dataclasses.replace(ctx, config=cfg)) is None
 
 
 @pytest.mark.parametrize("bound", [10**6, 4])  # exact searches; HNSW ones for general and fact

@@ -16,6 +16,7 @@ import contextvars
 import dataclasses
 import datetime as dt
 import functools
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -125,6 +126,8 @@ class QueryPipeline:
         self.registry = registry
         self.ranking = ranking
         self.graph_backend = graph_backend
+        self._in_flight = 0  # queries reading now (read): finish_overlapped's spare cores
+        self._in_flight_lock = threading.Lock()
 
     @property
     def read_db(self) -> Database:
@@ -145,6 +148,15 @@ class QueryPipeline:
         that fails during it (connection lost, backend terminated, recovery conflict, no connection) is
         left out and the retrieval runs again on another standby or the primary, in what remains of
         the budget. A failure on the primary is raised."""
+        with self._in_flight_lock:
+            self._in_flight += 1
+        try:
+            return self._read(request)
+        finally:
+            with self._in_flight_lock:
+                self._in_flight -= 1
+
+    def _read(self, request: QueryRequest) -> tuple[Retrieval, Diagnostics]:
         failed: list[Replica] = []
         notes: list[str] = []
         while True:
@@ -369,13 +381,15 @@ class QueryPipeline:
     def finish_overlapped(
         self, overlap: _Overlap, vector: np.ndarray, request: QueryRequest, diag: Diagnostics
     ) -> Retrieval:
-        """start_overlapped's run with the vector: its other workers added, the run finished, the final CTE."""
+        """start_overlapped's run with the vector: its other workers added, the run finished, the final CTE.
+        The vector search starts after the others had a head start: with no other query of the process
+        in flight (alone) it may take two statements (WorkerContext.spare_cores, VectorWorker.parts)."""
         running, ctx, db = overlap.running, overlap.ctx, overlap.db
         if running is None or ctx is None or db is None:
             raise RuntimeError("finish_overlapped needs a run start_overlapped started")
         query, route, names = overlap.query, overlap.route, overlap.names
         try:
-            ctx = dataclasses.replace(ctx, embedding=vector)
+            ctx = dataclasses.replace(ctx, embedding=vector, spare_cores=self.alone())
             running.add(self.tasks(overlap.late, ctx))  # QueryTimeout if the budget is spent by now
         except BaseException:
             running.abandon()  # cancels what still runs; the budget's error is the query's
@@ -388,6 +402,12 @@ class QueryPipeline:
         result.states = {name: result.states[name] for name in names}  # the route's order, as submitted
         hits = self._record(result, db, diag)
         return self.finish_retrieval(query, route, dict(hits), overlap.t0, diag, request, ctx)
+
+    def alone(self) -> bool:
+        """Whether no other query of this pipeline is reading now: the cores are this query's, as far as
+        the process can tell (other processes and the server's other clients it cannot see)."""
+        with self._in_flight_lock:
+            return self._in_flight <= 1
 
     def finish_retrieval(
         self,

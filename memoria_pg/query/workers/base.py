@@ -65,6 +65,10 @@ class WorkerContext:
     # worker that needs them reads them itself.
     tenant_rows: Mapping[str, int] | None = None
     as_of: dt.datetime | None = None  # the query time facts are valid at (None: now)
+    # Whether the statements about to start have cores to themselves: the vector search of a query the
+    # library embedded, started once the embedding is done, with no other query of the process in
+    # flight (QueryPipeline.finish_overlapped). VectorWorker.parts then splits a smaller search.
+    spare_cores: bool = False
 
     @property
     def shard_types(self) -> list[str] | None:

@@ -80,14 +80,15 @@ class VectorWorker(Worker):
         memories of each type searched exactly and `vector_exact_max_rows` for each HNSW search (the
         bound is where the two cost the same), the types dealt to the parts largest first, each to
         the part with the least so far. Each part runs on generic plans when all its searches are
-        exact (plans_generic)."""
+        exact (plans_generic). With cores to spare (WorkerContext.spare_cores) the bound is
+        `vector_parallel_alone_min_rows` (split_bound)."""
         cfg, rows = ctx.config, ctx.tenant_rows
         bound = cfg.vector_exact_max_rows
         if cfg.vector_parallel_parts < 2 or rows is None or ctx.shards != (ALL_TYPES,):
             return None
         is_exact = {t: bound > 0 and exact(rows, Shard(t), bound) for t in sorted(rows) if rows[t] > 0}
         cost = {t: rows[t] if e else bound for t, e in is_exact.items()}
-        if len(cost) < 2 or sum(cost.values()) < cfg.vector_parallel_min_rows:
+        if len(cost) < 2 or sum(cost.values()) < split_bound(ctx):
             return None
         groups: list[list[str]] = [[] for _ in range(min(cfg.vector_parallel_parts, len(cost)))]
         loads = [0] * len(groups)
@@ -127,6 +128,16 @@ class VectorWorker(Worker):
 
     def score(self, row: dict[str, Any]) -> float:
         return float(row["distance"])
+
+
+def split_bound(ctx: WorkerContext) -> int:
+    """The search cost from which VectorWorker.parts splits it: `vector_parallel_min_rows`, or with
+    cores to spare the lower of it and `vector_parallel_alone_min_rows` (0: no lower bound)."""
+    cfg = ctx.config
+    alone = cfg.vector_parallel_alone_min_rows
+    if ctx.spare_cores and alone > 0:
+        return min(alone, cfg.vector_parallel_min_rows)
+    return cfg.vector_parallel_min_rows
 
 
 def exact(rows: Mapping[str, int], shard: Shard, per_type: int) -> bool:
