@@ -144,6 +144,10 @@ class Config:
     # head start; with no other query of this process in flight, two statements then cost its latency
     # less than they cost the machine (README: configuration). 0: no such split.
     vector_parallel_alone_min_rows: int = 5_000
+    # A ranked query's access-statistics write (the ranking's access signal) ends after the query
+    # returns, a failure logged; true: the query waits for it and diagnostics.access_error holds any
+    # failure. With standbys the query always waits (read-your-writes). README: configuration.
+    access_statistics_wait: bool = False
 
     enable_v4: bool = True
     enable_sharding: bool = True

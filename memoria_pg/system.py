@@ -459,6 +459,11 @@ class MemorySystem:
         )
         return self.pipeline.run(request)
 
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait (at most `timeout` s) for the writes queries did not wait for (the access statistics of
+        ranked queries, Config.access_statistics_wait) to end. True if they all have. `close` waits too."""
+        return self.db.settle(timeout)
+
     def explain(self, response: QueryResponse) -> str:
         """`memoria-pg query --explain`: the route, each worker's SQL with its plan and time, the candidates."""
         from .query.explain import explain_query

@@ -77,6 +77,7 @@ def test_the_rows_read_carry_the_same_access_statistics(moves):
     texts = [f"{p} visited {c}" for p, c in zip(PEOPLE[:8], CITIES)]
     for text in texts * 2:
         system.query(text, tenant="t", top_k=3, embedding=embedder.embed([text])[0])  # ranked: records access
+    assert system.settle(5)  # those writes ended after their queries returned
     counted = 0
     for text in texts:
         full, lean = answers(system, text, top_k=3, embedding=embedder.embed([text])[0])

@@ -70,6 +70,7 @@ def test_another_tenants_memory_is_exactly_like_a_missing_one(two: MemorySystem)
 def test_update_rederives_text_keeps_usage_and_records_the_previous_version(two: MemorySystem):
     acme = two.ids["a"][1]
     before = two.query("Acme", tenant="a", ranking=True)  # records an access
+    assert two.settle(5)  # after the query returned
     assert acme in [m.memory_id for m in before.memories]
     updated = two.update(acme, tenant="a", content="Alice works at Globex with Carol.")
     assert updated.content == "Alice works at Globex with Carol." and updated.id == acme

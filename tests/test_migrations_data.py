@@ -229,6 +229,7 @@ def test_ranked_queries_keep_the_exact_search_index_only(populated: MemorySystem
         conn.execute("VACUUM ANALYZE memoria.memories")
     for text in ("teal", "Lisbon", "Alice Novak", "Osaka", "budget"):
         assert populated.query(text, tenant="acme", memory_type="fact", top_k=20).memories
+    assert populated.settle(5)  # the access writes end after their queries
     with populated.db.transaction("acme") as conn:
         assert conn.execute("SELECT sum(access_count) FROM memoria.memory_access").fetchone()[0] > 0
         conn.execute("SET LOCAL enable_seqscan = off")

@@ -240,6 +240,7 @@ def test_retrieval_only_orders_by_retrieval_score(loaded):
 
 def test_ranked_query_records_access(loaded, dsn):
     response = loaded.query("Bob lives in Paris", tenant="t", top_k=1)
+    assert loaded.settle(5)  # the query did not wait for its access-statistics write (write-behind)
     with psycopg.connect(dsn) as conn:
         count, accessed = conn.execute(
             "SELECT access_count, last_accessed_at IS NOT NULL FROM memoria.memory_access WHERE memory_id = %s",

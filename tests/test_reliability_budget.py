@@ -5,11 +5,13 @@ pg_sleep would not reach them): the entity lookup (memoria.entities), the releva
 (memoria.memories, which the lookup does not read), the final CTE (memoria.memory_access, which no
 worker reads). Each is QueryTimeout, the driver's QueryCanceled chained, well before the 20 s
 statement_timeout. The access statistics are best effort: a lock on memory_access or a spent budget
-is reported in the diagnostics, and the query answers.
+is reported in the diagnostics (when the query waits for that write, access_statistics_wait) or the
+log (when it does not, the default), and the query answers.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -29,7 +31,12 @@ FAST_S = 3.0  # a blocked statement must end the query this soon (the statement_
 
 @pytest.fixture
 def budget_config(dsn: str) -> Config:
-    return Config(dsn=dsn, pool_min_size=1, pool_max_size=4, statement_timeout_ms=20_000, query_timeout_ms=BUDGET_MS)
+    # The query waits for its access-statistics write, so that its failures are in the diagnostics
+    # (access_statistics_wait); the default, which does not wait, is tested at the end.
+    return Config(
+        dsn=dsn, pool_min_size=1, pool_max_size=4, statement_timeout_ms=20_000, query_timeout_ms=BUDGET_MS,
+        access_statistics_wait=True,
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -189,3 +196,25 @@ def test_queries_beside_a_held_lock_do_not_wait_for_each_other(
     assert len(outcomes) == 2
     for error, elapsed in outcomes:
         assert_query_timeout(error, elapsed)
+
+
+def test_a_write_behind_access_failure_is_logged_and_the_query_does_not_wait(
+    budget_config: Config, locker: psycopg.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    """By default a ranked query does not wait for its access-statistics write: with the table locked
+    the query answers at once and reports nothing, the write fails after it (its lock timeout) and
+    says so in the log; once the lock is gone the next query's write is recorded."""
+    with MemorySystem(budget_config.replace(access_statistics_wait=False), embedder=HashEmbedder()) as system:
+        system.store("Bob works at Acme in Berlin", tenant="t")
+        locker.execute("LOCK TABLE memoria.memory_access IN SHARE MODE")  # reads pass, the upsert waits
+        with caplog.at_level(logging.WARNING, logger="memoria_pg.query.pipeline"):
+            response = system.query("Bob Acme Berlin", tenant="t")
+            assert response.memories and response.diagnostics.access_error is None
+            assert system.settle(5)
+        (record,) = [r for r in caplog.records if "access statistics" in r.getMessage()]
+        assert "LockNotAvailable" in record.getMessage()
+        locker.rollback()
+        system.query("Bob Acme Berlin", tenant="t")
+        assert system.settle(5)
+        with psycopg.connect(system.dsn) as conn:
+            assert conn.execute("SELECT sum(access_count) FROM memoria.memory_access").fetchone()[0] == 1

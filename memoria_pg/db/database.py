@@ -182,6 +182,8 @@ class Database:
         # Where the read blocks of `transaction(..., background_end=True)` end (their Sync, then the
         # connection's return to the pool) once their body has read what it needs.
         self._enders = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="memoria-block-end")
+        self._ending: set[cf.Future[None]] = set()  # the block ends submitted and not done (settle)
+        self._ending_lock = threading.Lock()
         self.pool = psycopg_pool.ConnectionPool(
             dsn,
             min_size=min_size,
@@ -312,6 +314,7 @@ class Database:
         implicit: bool = False,
         tenant_lock: str | None = None,
         background_end: bool = False,
+        write_behind: Callable[[Exception | None], None] | None = None,
     ) -> Iterator[psycopg.Connection]:
         """A pooled connection inside a transaction whose row-level-security tenant is `tenant`.
 
@@ -328,6 +331,10 @@ class Database:
         tenant write lock (set_tenant), held to the end.
         `background_end` (with `implicit`, for a body of reads): the block ends after the caller goes
         on (_end_in_background).
+        `write_behind` (with `implicit`, for a body that sends one best-effort write and reads nothing):
+        the block's end, where the server answers the write and commits it, runs after the caller goes
+        on, in the enders' thread, which then calls write_behind(None), or write_behind(error) if the
+        write failed (rolled back). A body that raises ends its block in place.
         Inside a query's budget (db/budget.py) its statements may run for what remains of the budget
         (at most statement_timeout_ms), and running out of it is QueryTimeout.
         """
@@ -348,21 +355,42 @@ class Database:
                 settings(conn, tenant, statement_timeout_ms=min(left, cap) if cap else left)
                 budget.applied()
             yield conn
-            if background_end and implicit and answered(pipeline):
+            if write_behind is not None and implicit:
+                self._end_in_background(block.pop_all(), write_behind)
+            elif background_end and implicit and answered(pipeline):
                 self._end_in_background(block.pop_all())
 
-    def _end_in_background(self, block: contextlib.ExitStack) -> None:
+    def _end_in_background(
+        self, block: contextlib.ExitStack, done: Callable[[Exception | None], None] | None = None
+    ) -> None:
         """End a read block (`transaction`'s background_end) in the enders' thread; where that cannot
         start (the pool is closing), here. Called once the body has ended without an error with every
         statement answered (pipeline.answered): the block's end, its Sync (the end of a transaction
         that wrote nothing) and the connection's return to the pool, runs while the caller goes on; the
         results are all in hand, so the caller no longer waits a round trip for the server to say so.
         A body that raises, or that left a result unread, ends its block in place, as without
-        background_end. (docs/measurements.md, "Why these defaults".)"""
+        background_end. (docs/measurements.md, "Why these defaults".) With `done` (transaction's
+        write_behind) the block's end answers a write: `done` is told whether it failed."""
         try:
-            self._enders.submit(_end_block, block)
+            future = self._enders.submit(_end_block, block, done)
+            with self._ending_lock:
+                self._ending.add(future)
+            future.add_done_callback(self._ended)
         except RuntimeError:  # the executor was shut down: Database.close runs
-            _end_block(block)
+            _end_block(block, done)
+
+    def _ended(self, future: cf.Future[None]) -> None:
+        with self._ending_lock:
+            self._ending.discard(future)
+
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait (at most `timeout` s) until the blocks ending in the background when this is called have
+        ended: read blocks, and the writes a query did not wait for (the access statistics of ranked
+        queries: transaction's write_behind). True if they all have."""
+        with self._ending_lock:
+            pending = list(self._ending)
+        _, not_done = cf.wait(pending, timeout=timeout)
+        return not not_done
 
     def renew_budget(self, conn: psycopg.Connection) -> None:
         """Before the next statement of a transaction opened inside a query's budget: a statement's
@@ -382,14 +410,21 @@ class Database:
         self.pool.close()
 
 
-def _end_block(block: contextlib.ExitStack) -> None:
+def _end_block(block: contextlib.ExitStack, done: Callable[[Exception | None], None] | None = None) -> None:
     """A read block's end, after its body read every result: its Sync and the connection's return.
     Nothing is left to report to the caller: a failure here (a connection lost after its answer came)
-    leaves the connection to the pool, which discards a broken one."""
+    leaves the connection to the pool, which discards a broken one. A write's block (`done`, from
+    transaction's write_behind) reports its outcome to `done`, which must not raise."""
     try:
         block.close()
     except Exception as exc:
+        if done is not None:
+            done(exc)
+            return
         _log.debug("ending a read block failed after its results were read: %s", first_line(exc))
+        return
+    if done is not None:
+        done(None)
 
 
 @contextlib.contextmanager

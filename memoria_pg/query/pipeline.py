@@ -16,6 +16,7 @@ import contextvars
 import dataclasses
 import datetime as dt
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -33,7 +34,7 @@ from ..core.types import VALID_NOW, CandidateRecord, ProcessedQuery, Route, Sour
 from ..db import Database, load_sql, schema_current
 from ..db.budget import current_budget, query_budget
 from ..db.replicas import ReadRouter, ReadTarget, Replica, ReplicaFailed, lsn_text, server_failure
-from ..errors import MemoriaError
+from ..errors import MemoriaError, first_line
 from ..ranking import RankingStage
 from .candidates import (
     Candidates,
@@ -61,6 +62,7 @@ from .workers.vector import VectorWorker
 from .workers.vector import exact as exact_search
 
 ProcessorFactory = Callable[[Collection[str], EntityLookup], QueryProcessor]
+_log = logging.getLogger(__name__)
 ACCESS_LOCK_TIMEOUT_MS = 100  # how long the access upsert waits for a row lock (best effort)
 # The server the running query reads from (QueryPipeline.read_db): set by `run` for its reads only.
 _READ_DB: contextvars.ContextVar[Database | None] = contextvars.ContextVar("memoria_read_db", default=None)
@@ -841,12 +843,18 @@ class QueryPipeline:
 
     def record_access(self, tenant: str, returned: Sequence[CandidateRecord]) -> str | None:
         """The access statistics of the returned memories, best effort: a row lock not granted within
-        ACCESS_LOCK_TIMEOUT_MS, a spent budget or a server error leave them as they were and are
-        returned (Diagnostics.access_error), never raised: the answer is computed by then. It commits
-        asynchronously (synchronous_commit off): the query does not wait for a WAL flush, and a server
-        crash may lose the counts of the last fraction of a second (at most three wal_writer_delay). On
-        its cached generic plan: no partition key to prune by, and planning it each time doubled its
-        cost (1.3 against 0.6 ms on LoCoMo)."""
+        ACCESS_LOCK_TIMEOUT_MS, a spent budget or a server error leave them as they were, never raised:
+        the answer is computed by then. By default the query does not wait for the write: the statement
+        is sent and the server's answer and commit are awaited in the background (Database.transaction's
+        write_behind), a failure logged as a warning; Diagnostics.access_error holds only what failed
+        before the statement went (a spent budget, no connection). With `access_statistics_wait`, or
+        with standbys (the tenant's next query must find the counts wherever it reads: ReadRouter.wrote
+        first), the query waits and access_error holds any failure. It commits asynchronously
+        (synchronous_commit off): no wait for a WAL flush, and a server crash may lose the counts of the
+        last fraction of a second (at most three wal_writer_delay). On its cached generic plan: no
+        partition key to prune by, and planning it each time doubled its cost (1.3 against 0.6 ms on
+        LoCoMo)."""
+        behind = None if self.config.access_statistics_wait or self.reads.enabled else _access_not_recorded
         try:
             with (
                 self.db.transaction(
@@ -856,18 +864,27 @@ class QueryPipeline:
                     generic_plans=True,
                     implicit=True,  # one statement: the Sync commits it
                     tenant_lock="shared",  # after a delete under way, which removes the deleted memories' rows
+                    write_behind=behind,
                 ) as conn,
                 schema_current(),
             ):
                 conn.execute(load_sql("record_access"), {"ids": [c.memory_id for c in returned]})
         except (psycopg.Error, MemoriaError) as exc:
-            first_line = next(iter(str(exc).strip().splitlines()), "")
-            return f"{type(exc).__name__}: {first_line}".strip()
-        # A write of the tenant like any other: its next query (on a standby that has replayed it, or the
-        # primary) ranks with these counts; its position is the WAL insert position, since its commit
-        # record may not be written yet. Nothing without standbys.
-        self.reads.wrote(tenant, asynchronous=True)
+            first = next(iter(str(exc).strip().splitlines()), "")
+            return f"{type(exc).__name__}: {first}".strip()
+        if behind is None:
+            # A write of the tenant like any other: its next query (on a standby that has replayed it, or
+            # the primary) ranks with these counts; its position is the WAL insert position, since its
+            # commit record may not be written yet. Nothing without standbys.
+            self.reads.wrote(tenant, asynchronous=True)
         return None
+
+
+def _access_not_recorded(error: Exception | None) -> None:
+    """The outcome of a ranked query's access-statistics write that ended after the query returned."""
+    if error is not None:
+        _log.warning("the access statistics of a ranked query were not recorded: %s: %s", type(error).__name__,
+                     first_line(error))  # fmt: skip
 
 
 def _note_target(diag: Diagnostics, target: ReadTarget, notes: Sequence[str]) -> None:
