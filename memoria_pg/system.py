@@ -491,8 +491,12 @@ class MemorySystem:
     @translating
     def clear_access_statistics(self, tenant: str) -> int:
         """Forget which of the tenant's memories were returned and how often (the ranking's access
-        signal); returns the number of memories whose statistics were removed."""
-        with self._writing(validation.tenant(tenant)), self.db.transaction(tenant) as conn:
+        signal); returns the number of memories whose statistics were removed. The writes of queries
+        that returned before this call and did not wait for them (access_statistics_wait) end first,
+        so that none of them counts again afterwards."""
+        tenant = validation.tenant(tenant)
+        self.db.settle(self.config.query_timeout_ms / 1000)
+        with self._writing(tenant), self.db.transaction(tenant) as conn:
             return conn.execute(
                 "DELETE FROM memoria.memory_access WHERE tenant = current_setting('memoria.tenant')"
             ).rowcount

@@ -238,6 +238,20 @@ def test_retrieval_only_orders_by_retrieval_score(loaded):
     assert scores == sorted(scores, reverse=True)
 
 
+def test_clearing_access_statistics_counts_no_earlier_query_again(loaded, dsn):
+    """clear_access_statistics removes the tenant's counts, those of queries that returned just before
+    it included (their writes ended after them: it waits for those first), and no other tenant's."""
+    for _ in range(3):
+        loaded.query("Bob lives in Paris", tenant="t", top_k=2)
+    loaded.query("anything", tenant="other", top_k=2)
+    assert loaded.clear_access_statistics("t") >= 1
+    assert loaded.settle(5)
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT tenant, count(*) FROM memoria.memory_access GROUP BY tenant").fetchall()
+    assert "t" not in dict(rows)
+    assert loaded.clear_access_statistics("t") == 0
+
+
 def test_ranked_query_records_access(loaded, dsn):
     response = loaded.query("Bob lives in Paris", tenant="t", top_k=1)
     assert loaded.settle(5)  # the query did not wait for its access-statistics write (write-behind)
