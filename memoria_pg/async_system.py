@@ -174,6 +174,10 @@ class AsyncMemorySystem:
     async def explain(self, response: QueryResponse) -> str:
         return await self.run(lambda s: s.explain(response))
 
+    async def settle(self, timeout: float | None = None) -> bool:
+        """MemorySystem.settle, in a thread of its own (it waits, holding no connection)."""
+        return await asyncio.to_thread(lambda: self.system.settle(timeout))
+
     # -- administration --------------------------------------------------------------------------
     async def add_memory_type(self, name: str) -> bool:
         return await self.run(lambda s: s.add_memory_type(name))

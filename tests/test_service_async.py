@@ -37,6 +37,22 @@ def test_same_results_and_diagnostics_as_the_sync_api(system: MemorySystem):
     assert strip(result.diagnostics) == strip(sync.diagnostics)
 
 
+def test_a_ranked_querys_access_write_is_settled(system: MemorySystem):
+    """A ranked query's access-statistics write ends after it returns; settle waits for it."""
+    system.store_many(MEMORIES)
+
+    async def run():
+        async with AsyncMemorySystem(system, owns_system=False) as memory:
+            ranked = await memory.query("where does Jonas live?", tenant="t", ranking=True)
+            return ranked, await memory.settle(5)
+
+    ranked, settled = asyncio.run(run())
+    assert settled and ranked.memories
+    with system.db.transaction("t") as conn:
+        counted = conn.execute("SELECT memory_id FROM memoria.memory_access").fetchall()
+    assert {r[0] if isinstance(r, tuple) else r["memory_id"] for r in counted} == {m.memory_id for m in ranked.memories}
+
+
 def test_store_query_and_errors_through_open(config):
     async def run():
         async with await AsyncMemorySystem.open(config, embedder=HashEmbedder()) as memory:
