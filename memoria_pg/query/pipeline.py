@@ -129,6 +129,7 @@ class QueryPipeline:
         self.ranking = ranking
         self.graph_backend = graph_backend
         self._in_flight = 0  # queries reading now (read): finish_overlapped's spare cores
+        self._access_failures = AccessFailures()  # the access writes that end after their queries
         self._in_flight_lock = threading.Lock()
 
     @property
@@ -854,7 +855,7 @@ class QueryPipeline:
         last fraction of a second (at most three wal_writer_delay). On its cached generic plan: no
         partition key to prune by, and planning it each time doubled its cost (1.3 against 0.6 ms on
         LoCoMo)."""
-        behind = None if self.config.access_statistics_wait or self.reads.enabled else _access_not_recorded
+        behind = None if self.config.access_statistics_wait or self.reads.enabled else self._access_failures.outcome
         try:
             with (
                 self.db.transaction(
@@ -880,11 +881,35 @@ class QueryPipeline:
         return None
 
 
-def _access_not_recorded(error: Exception | None) -> None:
-    """The outcome of a ranked query's access-statistics write that ended after the query returned."""
-    if error is not None:
-        _log.warning("the access statistics of a ranked query were not recorded: %s: %s", type(error).__name__,
-                     first_line(error))  # fmt: skip
+class AccessFailures:
+    """The outcome of the access-statistics writes that end after their queries returned: a failure is
+    logged as a warning at once, then at most once every LOG_EVERY_S seconds with how many failed
+    meanwhile (under contention a best-effort statistic can fail often, and the log is no place for
+    each of them); `failed` counts them all."""
+
+    LOG_EVERY_S = 60.0
+
+    def __init__(self) -> None:
+        self.failed = 0
+        self._unlogged = 0
+        self._logged_at: float | None = None
+        self._lock = threading.Lock()
+
+    def outcome(self, error: Exception | None) -> None:
+        if error is None:
+            return
+        now = time.monotonic()
+        with self._lock:
+            self.failed += 1
+            self._unlogged += 1
+            if self._logged_at is not None and now - self._logged_at < self.LOG_EVERY_S:
+                return
+            count, self._unlogged, self._logged_at = self._unlogged, 0, now
+        _log.warning(
+            "the access statistics of %s not recorded (best effort; the answers were not affected): %s: %s",
+            "a ranked query were" if count == 1 else f"{count} ranked queries were", type(error).__name__,
+            first_line(error),
+        )  # fmt: skip
 
 
 def _note_target(diag: Diagnostics, target: ReadTarget, notes: Sequence[str]) -> None:
