@@ -162,22 +162,8 @@ class Database:
         self.timeout = timeout
         self._statement_timeout_ms = statement_timeout_ms
         self._ef_search = ef_search
-        if capabilities is None:
-            with connect(dsn, autocommit=True, connect_timeout=10) as conn:
-                capabilities = detect_capabilities(conn)
-            require_vector(capabilities)
-            if not capabilities.schema_ready:
-                raise SchemaError(
-                    "the memoria schema is not installed in this database: run `memoria-pg db upgrade` "
-                    "(or MemorySystem.migrate())"
-                )
-            note = schema_revision_note(capabilities.schema_revision)
-            if note is not None:
-                _log.warning(note)
-            standby = False
-        else:
-            standby = True
-        self.capabilities = capabilities
+        standby = capabilities is not None
+        self.capabilities = capabilities if capabilities is not None else _probe(dsn)
         self._sweeping = threading.Lock()  # held while a sweep of the pool runs (_sweep)
         # Where the read blocks of `transaction(..., background_end=True)` end (their Sync, then the
         # connection's return to the pool) once their body has read what it needs.
@@ -329,12 +315,9 @@ class Database:
         first statement. Only for a body of reads (or one write) that fetches each result it needs: the
         block ends with a commit even when the body raises. `tenant_lock`: "shared" or "exclusive", the
         tenant write lock (set_tenant), held to the end.
-        `background_end` (with `implicit`, for a body of reads): the block ends after the caller goes
-        on (_end_in_background).
-        `write_behind` (with `implicit`, for a body that sends one best-effort write and reads nothing):
-        the block's end, where the server answers the write and commits it, runs after the caller goes
-        on, in the enders' thread, which then calls write_behind(None), or write_behind(error) if the
-        write failed (rolled back). A body that raises ends its block in place.
+        `background_end` (with `implicit`, a body of reads) ends the block after the caller goes on
+        (_end_in_background); so does `write_behind` (one best-effort write, its result unread), called
+        then with None or the write's error (rolled back). A body that raises ends its block in place.
         Inside a query's budget (db/budget.py) its statements may run for what remains of the budget
         (at most statement_timeout_ms), and running out of it is QueryTimeout.
         """
@@ -355,10 +338,8 @@ class Database:
                 settings(conn, tenant, statement_timeout_ms=min(left, cap) if cap else left)
                 budget.applied()
             yield conn
-            if write_behind is not None and implicit:
+            if implicit and (write_behind is not None or (background_end and answered(pipeline))):
                 self._end_in_background(block.pop_all(), write_behind)
-            elif background_end and implicit and answered(pipeline):
-                self._end_in_background(block.pop_all())
 
     def _end_in_background(
         self, block: contextlib.ExitStack, done: Callable[[Exception | None], None] | None = None
@@ -408,6 +389,23 @@ class Database:
     def close(self) -> None:
         self._enders.shutdown(wait=True)  # every read block ended, its connection back in the pool
         self.pool.close()
+
+
+def _probe(dsn: str) -> Capabilities:
+    """The server's capabilities, checked: pgvector present, the schema installed (a revision this
+    library does not know is a warning)."""
+    with connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        capabilities = detect_capabilities(conn)
+    require_vector(capabilities)
+    if not capabilities.schema_ready:
+        raise SchemaError(
+            "the memoria schema is not installed in this database: run `memoria-pg db upgrade` "
+            "(or MemorySystem.migrate())"
+        )
+    note = schema_revision_note(capabilities.schema_revision)
+    if note is not None:
+        _log.warning(note)
+    return capabilities
 
 
 def _end_block(block: contextlib.ExitStack, done: Callable[[Exception | None], None] | None = None) -> None:
