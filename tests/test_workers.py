@@ -534,6 +534,19 @@ def test_attribute_subject_lookup_is_an_index_condition_under_row_level_security
 # -- graph -------------------------------------------------------------------------------------------
 
 
+def test_the_graph_walk_runs_on_generic_plans_for_typed_shards_only(system):
+    """Planned each time the walk of the whole table was faster than on its generic plan, a typed walk
+    slower (GraphWorker.plans_generic); AGE's call keeps custom plans."""
+    ctx = WorkerContext(
+        query=processed("x"), embedding=np.zeros(384, dtype=np.float32), shards=(ALL,), limit=10,
+        graph_limit=10, graph_depth=2, config=system.config,
+    )  # fmt: skip
+    assert not GraphWorker().plans_generic(ctx)
+    assert GraphWorker().plans_generic(dataclasses.replace(ctx, shards=(Shard("fact"), Shard("general"))))
+    assert not GraphWorker().plans_generic(dataclasses.replace(ctx, shards=(Shard("fact"), ALL)))
+    assert not GraphWorker().plans_generic(dataclasses.replace(ctx, shards=(Shard("fact"),), graph_backend="age"))
+
+
 @pytest.fixture
 def chain(system):
     """Alice - Bob - Carol - Dave, linked by co-occurrence in three memories; Eve stands alone."""
