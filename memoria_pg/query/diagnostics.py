@@ -54,7 +54,8 @@ class Diagnostics:
     graph_backend: str | None = None
     trace_id: int | None = None
     # The access statistics are best effort: why a ranked query's upsert into memory_access did not
-    # happen (a lock not granted in time, the budget spent, the server), None when it did.
+    # happen (a lock not granted in time, the budget spent, the server), None when it did or when the
+    # query did not wait for it (Config.access_statistics_wait false: a later failure is logged).
     access_error: str | None = None
     # The server the query's reads ran on ("primary" or "replica N (host:port)", db/replicas.py), why not
     # a standby or why it ran again elsewhere, the time choosing it took (read-your-writes check and
