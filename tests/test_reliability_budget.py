@@ -218,3 +218,19 @@ def test_a_write_behind_access_failure_is_logged_and_the_query_does_not_wait(
         assert system.settle(5)
         with psycopg.connect(system.dsn) as conn:
             assert conn.execute("SELECT sum(access_count) FROM memoria.memory_access").fetchone()[0] == 1
+
+
+def test_with_too_many_blocks_ending_in_the_background_the_query_waits_for_its_access_write(
+    budget_config: Config, locker: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes slowed by lock waits must not pin the pool: with WRITE_BEHIND_MAX blocks already ending in
+    the background (here 0), a ranked query waits for its access write, and reports its failure."""
+    from memoria_pg.query import pipeline
+
+    monkeypatch.setattr(pipeline, "WRITE_BEHIND_MAX", 0)
+    with MemorySystem(budget_config.replace(access_statistics_wait=False), embedder=HashEmbedder()) as system:
+        system.store("Bob works at Acme in Berlin", tenant="t")
+        locker.execute("LOCK TABLE memoria.memory_access IN SHARE MODE")
+        response = system.query("Bob Acme Berlin", tenant="t")
+        assert response.memories
+        assert (response.diagnostics.access_error or "").startswith("LockNotAvailable")

@@ -364,6 +364,11 @@ class Database:
         with self._ending_lock:
             self._ending.discard(future)
 
+    def ending(self) -> int:
+        """How many blocks are ending in the background now (each holds its pooled connection)."""
+        with self._ending_lock:
+            return len(self._ending)
+
     def settle(self, timeout: float | None = None) -> bool:
         """Wait (at most `timeout` s) until the blocks ending in the background when this is called have
         ended: read blocks, and the writes a query did not wait for (the access statistics of ranked

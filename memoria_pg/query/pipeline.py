@@ -64,6 +64,9 @@ from .workers.vector import exact as exact_search
 ProcessorFactory = Callable[[Collection[str], EntityLookup], QueryProcessor]
 _log = logging.getLogger(__name__)
 ACCESS_LOCK_TIMEOUT_MS = 100  # how long the access upsert waits for a row lock (best effort)
+# At most this many blocks ending in the background (each holding a pooled connection) before a ranked
+# query waits for its access write after all: writes slowed by lock waits must not pin the pool.
+WRITE_BEHIND_MAX = 8
 # The server the running query reads from (QueryPipeline.read_db): set by `run` for its reads only.
 _READ_DB: contextvars.ContextVar[Database | None] = contextvars.ContextVar("memoria_read_db", default=None)
 _NO_VECTOR = np.zeros(0, dtype=np.float32)  # the context of the workers that start before the query is embedded
@@ -847,15 +850,17 @@ class QueryPipeline:
         ACCESS_LOCK_TIMEOUT_MS, a spent budget or a server error leave them as they were, never raised:
         the answer is computed by then. By default the query does not wait for the write: the statement
         is sent and the server's answer and commit are awaited in the background (Database.transaction's
-        write_behind), a failure logged as a warning; Diagnostics.access_error holds only what failed
-        before the statement went (a spent budget, no connection). With `access_statistics_wait`, or
-        with standbys (the tenant's next query must find the counts wherever it reads: ReadRouter.wrote
-        first), the query waits and access_error holds any failure. It commits asynchronously
+        write_behind), a failure logged as a warning (AccessFailures); Diagnostics.access_error holds
+        only what failed before the statement went (a spent budget, no connection). The query waits,
+        and access_error holds any failure, with `access_statistics_wait`, with standbys (the tenant's
+        next query must find the counts wherever it reads: ReadRouter.wrote first), and when
+        WRITE_BEHIND_MAX blocks are already ending in the background. It commits asynchronously
         (synchronous_commit off): no wait for a WAL flush, and a server crash may lose the counts of the
         last fraction of a second (at most three wal_writer_delay). On its cached generic plan: no
         partition key to prune by, and planning it each time doubled its cost (1.3 against 0.6 ms on
         LoCoMo)."""
-        behind = None if self.config.access_statistics_wait or self.reads.enabled else self._access_failures.outcome
+        waits = self.config.access_statistics_wait or self.reads.enabled or self.db.ending() >= WRITE_BEHIND_MAX
+        behind = None if waits else self._access_failures.outcome
         try:
             with (
                 self.db.transaction(
