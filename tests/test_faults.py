@@ -344,7 +344,8 @@ def test_concurrent_ranked_queries_do_not_deadlock_on_access_counts(config: Conf
     if wait:
         assert counts == dict(returned) and not logged
     else:  # which queries' writes failed the log does not say: none counted twice, all if none failed
-        assert not skipped and all(counts.get(m, 0) <= n for m, n in returned.items())
+        # (a query that found WRITE_BEHIND_MAX writes under way waited for its own: reported as above)
+        assert all(counts.get(m, 0) <= n for m, n in returned.items())
         assert set(counts) <= set(returned) and (logged or counts == dict(returned))
 
 
