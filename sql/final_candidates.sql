@@ -25,6 +25,20 @@
 --            on the Snowball-stemmed BM25 of migration 0021 (0.3, 2.0 before it). No labels, no state:
 --            one aggregate over the hits, so the statement costs what it did.
 --   'rrf':   sum over sources of weight / (rrf_k + rank) for ranks <= %(depth)s (weights as declared).
+-- Lexical feedback (score fusion only; issue #14; query/workers/registry.LexicalFeedback): the terms
+-- that weigh most in the first %(feedback_seeds)s candidates of the fused order (each term's share of
+-- each seed's text, summed, times its IDF; the query's own terms left out), %(feedback_expansion)s of
+-- them, join the BM25 worker's terms (%(feedback_query)s, each counted %(feedback_repeat)s times), and
+-- the first %(feedback_depth)s candidates with a fused score get the BM25 of those terms, normalized as
+-- a source's list and added with %(feedback_weight)s. Why: a question's words often miss the words of
+-- the memory that answers it (a multi-hop question, a paraphrase), while the memories ranked first
+-- share them; the lab measured that this lifts evidence on all five dev sets where a second
+-- retrieval round (a worker run again with the expanded terms) lifted it too, but at the price of a
+-- second round. Re-scoring the head instead reads the terms of %(feedback_depth)s memories (their
+-- memory_terms rows by id, one shard each) and the document frequency of their terms, whatever the
+-- tenant's size. The caller passes no terms (no feedback) where the BM25 or the vector worker did
+-- not complete, so a query that chose one source gets it alone. The five numbers were chosen by
+-- leave-one-set-out (README, "Fusion"; benchmarks/feedback_lab.py).
 -- Rows: every capped candidate valid at the query time, in retrieval order. A retrieval-only query as of
 -- now that returns top_k memories and no candidate list (query(..., candidates=False)) runs this
 -- statement with candidates._TOP_EDITS: the candidates not valid now are found in the partial index
@@ -80,11 +94,72 @@ WITH hits AS (
            min(n.score) FILTER (WHERE n.source = 'vector') AS distance
     FROM normalized n
     GROUP BY n.memory_id, n.memory_type
+), head AS (  -- the lexical feedback's candidates: the first %(feedback_depth)s with a fused score
+    SELECT m.memory_id, m.memory_type,
+           row_number() OVER (ORDER BY m.retrieval_score DESC, m.distance ASC NULLS LAST, m.memory_id) AS pos
+    FROM merged m
+    WHERE m.retrieval_score > 0 AND %(feedback_weight)s::float8 > 0 AND cardinality(%(feedback_query)s::text[]) > 0
+    ORDER BY m.retrieval_score DESC, m.distance ASC NULLS LAST, m.memory_id
+    LIMIT %(feedback_depth)s::bigint
+), head_terms AS MATERIALIZED (  -- every term of each, from its own shard (memory_terms_memory)
+    SELECT h.memory_id, h.pos, t.term, t.tf, t.doc_len
+    FROM head h
+    CROSS JOIN LATERAL (
+        SELECT mt.term, mt.tf, mt.doc_len FROM memoria.memory_terms mt
+        WHERE mt.tenant = current_setting('memoria.tenant') AND mt.memory_id = h.memory_id
+          AND mt.memory_type = h.memory_type
+    ) t
+), query_terms AS (  -- the BM25 worker's terms, each counted %(feedback_repeat)s times
+    SELECT q.term, count(*) * %(feedback_repeat)s::float8 AS qtf
+    FROM unnest(%(feedback_query)s::text[]) AS q(term)
+    WHERE EXISTS (SELECT 1 FROM head)
+    GROUP BY q.term
+), seed_terms AS (  -- the other terms of the first %(feedback_seeds)s: their share of each one's text, summed
+    SELECT ht.term, sum(ht.tf::float8 / greatest(ht.doc_len, 1)) AS share
+    FROM head_terms ht
+    WHERE ht.pos <= %(feedback_seeds)s AND NOT EXISTS (SELECT 1 FROM query_terms q WHERE q.term = ht.term)
+    GROUP BY ht.term
+), corpus AS (  -- the tenant's documents and their mean length, over every memory type
+    SELECT sum(d.n_docs)::float8 AS n, sum(d.sum_len)::float8 / nullif(sum(d.n_docs), 0) AS avgdl
+    FROM memoria.bm25_docs d
+    WHERE d.tenant = current_setting('memoria.tenant') AND EXISTS (SELECT 1 FROM head)
+), idf AS (  -- the IDF of every seed and query term (Lucene's, as the BM25 worker's)
+    SELECT x.term, ln(1 + (c.n - df.df + 0.5) / (df.df + 0.5)) AS idf
+    FROM (SELECT term FROM seed_terms UNION SELECT term FROM query_terms) x
+    CROSS JOIN corpus c
+    CROSS JOIN LATERAL (
+        SELECT sum(t.df)::float8 AS df FROM memoria.bm25_terms t
+        WHERE t.tenant = current_setting('memoria.tenant') AND t.term = x.term
+    ) df
+    WHERE df.df > 0
+), feedback_terms AS (  -- the query's terms and the %(feedback_expansion)s seed terms of most weight
+    SELECT q.term, q.qtf, i.idf FROM query_terms q JOIN idf i USING (term)
+    UNION ALL
+    (SELECT s.term, 1.0, i.idf FROM seed_terms s JOIN idf i USING (term)
+     ORDER BY s.share * i.idf DESC, s.term COLLATE "C"
+     LIMIT %(feedback_expansion)s::bigint)
+), feedback AS (  -- BM25 of those terms over the feedback's candidates
+    SELECT ht.memory_id,
+           sum(f.qtf * f.idf * ht.tf * (%(k1)s::float8 + 1)
+               / (ht.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * ht.doc_len / c.avgdl))) AS score
+    FROM head_terms ht JOIN feedback_terms f USING (term) CROSS JOIN corpus c
+    GROUP BY ht.memory_id
+), feedback_norm AS (  -- normalized as a source's list: the positive scores, best 1, last 1/n
+    SELECT f.memory_id,
+           CASE WHEN f.hi = f.lo THEN 1.0
+                ELSE (f.score - f.lo + (f.hi - f.lo) / (f.n - 1)) / ((f.hi - f.lo) * f.n / (f.n - 1)) END AS norm
+    FROM (SELECT g.*, min(g.score) OVER () AS lo, max(g.score) OVER () AS hi, count(*) OVER () AS n
+          FROM feedback g WHERE g.score > 0) f
+), rescored AS (
+    SELECT m.memory_id, m.memory_type, m.distance, fn.norm AS feedback,
+           m.retrieval_score + coalesce(%(feedback_weight)s::float8 * fn.norm, 0) AS retrieval_score
+    FROM merged m LEFT JOIN feedback_norm fn USING (memory_id)
 ), chosen AS (  -- one row: the capped candidates in retrieval order, as arrays
     SELECT array_agg(c.memory_id ORDER BY c.retrieval_score DESC, c.distance ASC NULLS LAST, c.memory_id) AS ids,
            array_agg(c.memory_type ORDER BY c.retrieval_score DESC, c.distance ASC NULLS LAST, c.memory_id) AS types,
-           array_agg(c.retrieval_score ORDER BY c.retrieval_score DESC, c.distance ASC NULLS LAST, c.memory_id) AS fused
-    FROM (SELECT * FROM merged ORDER BY retrieval_score DESC, distance ASC NULLS LAST, memory_id LIMIT %(cap)s) c
+           array_agg(c.retrieval_score ORDER BY c.retrieval_score DESC, c.distance ASC NULLS LAST, c.memory_id) AS fused,
+           array_agg(c.feedback ORDER BY c.retrieval_score DESC, c.distance ASC NULLS LAST, c.memory_id) AS feedback
+    FROM (SELECT * FROM rescored ORDER BY retrieval_score DESC, distance ASC NULLS LAST, memory_id LIMIT %(cap)s) c
 )
 -- The rows, fetched by one probe of each shard's id index with the whole array, and put back in
 -- retrieval order by their position in it. Not a join to the capped rows: on the cached generic plan
@@ -94,6 +169,7 @@ WITH hits AS (
 -- (candidates.py), so only the fused score comes back. V3 runs everything after the hits CTE on its
 -- own hits (sql/v3_search.sql) and extends the SELECT list and the LATERAL line (candidates.py, _V3_EDITS).
 SELECT m.id AS memory_id, o.fused AS retrieval_score,
+       o.feedback,  -- the lexical feedback's normalized score, NULL where it gave none
        m.tenant, m.memory_type, m.content, m.metadata,
        m.importance::text AS importance,  -- as printed: the result is fetched in binary (candidates.py)
        -- the times clamped to what a datetime holds in any session time zone, so that the client reads
@@ -104,7 +180,7 @@ SELECT m.id AS memory_id, o.fused AS retrieval_score,
        coalesce(a.access_count, 0) AS access_count,
        CASE WHEN %(embeddings)s::boolean THEN m.embedding END AS embedding  -- only ranking reads them
 FROM chosen ch
-CROSS JOIN LATERAL unnest(ch.ids, ch.types, ch.fused) WITH ORDINALITY AS o(memory_id, memory_type, fused, pos)
+CROSS JOIN LATERAL unnest(ch.ids, ch.types, ch.fused, ch.feedback) WITH ORDINALITY AS o(memory_id, memory_type, fused, feedback, pos)
 CROSS JOIN LATERAL (  -- one probe of one shard per candidate (see the header)
     SELECT x.* FROM memoria.memories x
     WHERE x.tenant = current_setting('memoria.tenant') AND x.id = o.memory_id AND x.memory_type = o.memory_type

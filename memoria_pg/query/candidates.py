@@ -19,6 +19,8 @@ from .shards import ALL
 from .workers import WorkerRegistry
 from .workers.base import Statement, shard_sql
 
+BM25_DEFAULTS = (1.2, 0.75)  # BM25's k1 and b, as Config's bm25_k1 and bm25_b
+
 # How v3_statement makes V3's statement of sql/v3_search.sql and sql/final_candidates.sql: the vector
 # worker's exact form replaces the template's marker line (a tenant above the exact bound is searched by
 # the vector worker itself: QueryPipeline.retrieve_v3_in), the final CTE's own hits CTE (up to
@@ -55,7 +57,8 @@ _HIT_ARRAYS = ("ids", "types", "sources", "ranks", "scores")  # the hits' parame
 # then reads every row.
 _FIRST_SELECT = "SELECT m.id AS memory_id, o.fused AS retrieval_score,\n"
 _FIRST_FROM = (
-    "CROSS JOIN LATERAL unnest(ch.ids, ch.types, ch.fused) WITH ORDINALITY AS o(memory_id, memory_type, fused, pos)\n"
+    "CROSS JOIN LATERAL unnest(ch.ids, ch.types, ch.fused, ch.feedback) WITH ORDINALITY "
+    "AS o(memory_id, memory_type, fused, feedback, pos)\n"
 )
 _TOP_EDITS = (
     (
@@ -75,7 +78,8 @@ _TOP_EDITS = (
         ") gone\n"
         "CROSS JOIN LATERAL (  -- the first %(fetch)s of the others, the preferred type's first\n"
         "    SELECT u.*\n"
-        "    FROM unnest(ch.ids, ch.types, ch.fused) WITH ORDINALITY AS u(memory_id, memory_type, fused, pos)\n"
+        "    FROM unnest(ch.ids, ch.types, ch.fused, ch.feedback) WITH ORDINALITY\n"
+        "         AS u(memory_id, memory_type, fused, feedback, pos)\n"
         "    WHERE u.memory_id <> ALL(gone.ids)\n"
         "    ORDER BY u.memory_type IS DISTINCT FROM %(prefer_type)s::text, u.pos\n"
         "    LIMIT %(fetch)s::bigint\n"
@@ -120,11 +124,15 @@ def final_cte_params(
     scored: Sequence[tuple[SourceHit, float]] | None = None,
     fetch: int | None = None,
     prefer_type: str | None = None,
+    terms: Sequence[str] = (),
+    bm25: tuple[float, float] = BM25_DEFAULTS,
 ) -> dict[str, Any]:
     """The final CTE's parameters: every hit as parallel arrays, and each source's weight and
     score direction as the registry declares them (`weights` overrides the declared ones), and the
     registry's per-query weight shift (ConfidenceShift). `scored`: fused_scores(hits), if the caller
-    has it. `fetch`: read only the first that many rows, those of `prefer_type` first (None: all)."""
+    has it. `fetch`: read only the first that many rows, those of `prefer_type` first (None: all).
+    `terms`: the BM25 worker's terms, for the registry's lexical feedback (LexicalFeedback), given
+    only where that worker completed; `bm25`: its k1 and b."""
     weights = dict(registry.weights(method) if weights is None else weights)
     if scored is None:
         scored = fused_scores(hits, registry)
@@ -143,6 +151,9 @@ def final_cte_params(
         "method": method,
         "lower_better": registry.lower_is_better(),
         **registry.shift.params(),
+        **registry.feedback.params(method, terms),
+        "k1": float(bm25[0]),
+        "b": float(bm25[1]),
         "as_of": validity.as_of,
         "include_invalid": validity.include_invalid,
         "embeddings": embeddings,
@@ -205,11 +216,13 @@ def candidate_statement(
     embeddings: bool = True,
     fetch: int | None = None,
     prefer_type: str | None = None,
+    terms: Sequence[str] = (),
+    bm25: tuple[float, float] = BM25_DEFAULTS,
 ) -> tuple[str, dict[str, Any]]:
     """The final CTE (sql/final_candidates.sql) and its parameters for these hits."""
     params = final_cte_params(
         hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity, embeddings=embeddings,
-        fetch=fetch, prefer_type=prefer_type,
+        fetch=fetch, prefer_type=prefer_type, terms=terms, bm25=bm25,
     )  # fmt: skip
     return load_sql("final_candidates"), params
 
@@ -234,6 +247,8 @@ def build_candidates(
     embeddings: bool = True,
     fetch: int | None = None,
     prefer_type: str | None = None,
+    terms: Sequence[str] = (),
+    bm25: tuple[float, float] = BM25_DEFAULTS,
 ) -> Candidates:
     """Merge, deduplicate, fuse (`method`: "score" or "rrf"), cap and fetch in one statement; every
     candidate keeps its per-source scores. Memories not valid at the query time are left out.
@@ -253,7 +268,7 @@ def build_candidates(
     fetch = _first_rows_limit(fetch, validity)
     params = final_cte_params(
         hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity,
-        embeddings=embeddings, scored=scored, fetch=fetch, prefer_type=prefer_type,
+        embeddings=embeddings, scored=scored, fetch=fetch, prefer_type=prefer_type, terms=terms, bm25=bm25,
     )  # fmt: skip
     found = _found(scored)
     # Binary results: 200 embeddings arrive as raw float32 instead of 76,800 numbers printed and
@@ -333,6 +348,7 @@ def v3_statement(
     validity: Validity = VALID_NOW,
     embeddings: bool = True,
     fetch: int | None = None,
+    bm25: tuple[float, float] = BM25_DEFAULTS,
 ) -> Statement:
     """V3's vector search and the final CTE as one statement (sql/v3_search.sql): the exact search of
     the whole table, while the tenant is within `exact_max_rows` as VectorWorker decides (no row
@@ -342,7 +358,7 @@ def v3_statement(
     fetch = _first_rows_limit(fetch, validity)
     params = final_cte_params(
         {}, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity,
-        embeddings=embeddings, scored=[], fetch=fetch,
+        embeddings=embeddings, scored=[], fetch=fetch, bm25=bm25,
     )  # fmt: skip
     for name in _HIT_ARRAYS:
         del params[name]
@@ -432,6 +448,8 @@ def _candidate(
         for key, value in h.detail.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 scores[f"{h.source}_{key}"] = float(value)
+    if row.get("feedback") is not None:  # the lexical feedback's normalized score (LexicalFeedback)
+        scores["feedback"] = float(row["feedback"])
     distance = scores.get("vector_distance")
     base = 1.0 / (1.0 + distance) if distance is not None else 0.0
     embedding, accessed = row["embedding"], row["last_accessed_at"]

@@ -58,6 +58,7 @@ from .shards import per_shard_limit, populated, select_shards, tenant_rows
 from .time_window import time_window
 from .tracing import persist_trace
 from .workers import Worker, WorkerContext, WorkerRegistry
+from .workers.bm25 import query_terms
 from .workers.vector import VectorWorker
 from .workers.vector import exact as exact_search
 
@@ -447,7 +448,7 @@ class QueryPipeline:
         """The final CTE's candidates in retrieval order, current facts first."""
         found = self.candidates(
             hits, query.tenant, diag, query.validity, embeddings=self.reads_vectors(request),
-            fetch=self.fetch_limit(request), prefer_type=query.memory_type_hint,
+            fetch=self.fetch_limit(request), prefer_type=query.memory_type_hint, terms=feedback_terms(query, hits),
         )  # fmt: skip
         return prefer_current_facts(retrieval_order(found))
 
@@ -585,16 +586,18 @@ class QueryPipeline:
         embeddings: bool = True,
         fetch: int | None = None,
         prefer_type: str | None = None,
+        terms: Sequence[str] = (),
     ) -> Candidates:
         """Merge, dedup, fuse, cap and fetch in the final CTE (on its cached generic plan); without
         `embeddings` the candidates carry no vectors (a retrieval-only query: only ranking reads them);
         with `fetch`, only the rows that can be among the first `fetch` after the type filter
-        (`prefer_type`) are read (build_candidates)."""
+        (`prefer_type`) are read (build_candidates); `terms`: the BM25 worker's, for the lexical
+        feedback (given where that worker completed: feedback_terms)."""
         t0 = time.perf_counter()
         with self.read_db.transaction(tenant, generic_plans=True, implicit=True, background_end=True) as conn:
             candidates = build_candidates(
                 conn, hits, self.registry, validity=validity, embeddings=embeddings, fetch=fetch,
-                prefer_type=prefer_type, **self._fusion(),
+                prefer_type=prefer_type, terms=terms, **self._fusion(),
             )  # fmt: skip
         diag.database_ms = _ms(t0)
         diag.candidate_count = candidates.total
@@ -612,10 +615,10 @@ class QueryPipeline:
         return request.top_k
 
     def candidate_statement(
-        self, hits: Mapping[str, Sequence[SourceHit]], validity: Validity = VALID_NOW
+        self, hits: Mapping[str, Sequence[SourceHit]], validity: Validity = VALID_NOW, terms: Sequence[str] = ()
     ) -> tuple[str, dict[str, Any]]:
         """The final CTE and its parameters as `candidates` runs them (for EXPLAIN)."""
-        return candidate_statement(hits, self.registry, validity=validity, **self._fusion())
+        return candidate_statement(hits, self.registry, validity=validity, terms=terms, **self._fusion())
 
     def _fusion(self) -> dict[str, Any]:
         """The final CTE's configured cap and fusion (build_candidates' and candidate_statement's)."""
@@ -625,6 +628,7 @@ class QueryPipeline:
             "rrf_k": cfg.rrf_k,
             "depth": cfg.rrf_depth,
             "method": cfg.fusion_method,
+            "bm25": (cfg.bm25_k1, cfg.bm25_b),
         }
 
     def cross_encode(
@@ -933,6 +937,13 @@ def _bind(worker: Worker, ctx: WorkerContext) -> Task | Parts:
 
 def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000
+
+
+def feedback_terms(query: ProcessedQuery, hits: Mapping[str, Sequence[SourceHit]]) -> list[str]:
+    """The BM25 worker's terms, for the final CTE's lexical feedback, where it and the vector worker
+    both completed (their hits are in, even none): the feedback re-scores a fusion of the two. None
+    otherwise: a query whose caller chose one of them alone gets that source alone."""
+    return query_terms(query) if "bm25" in hits and "vector" in hits else []
 
 
 def _decided_without_auxiliary(

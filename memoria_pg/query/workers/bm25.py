@@ -7,11 +7,14 @@ from ...core.types import ProcessedQuery, Route, Shard
 from .base import FusionWeights, Worker, WorkerContext
 
 
+def query_terms(query: ProcessedQuery) -> list[str]:
+    """The terms BM25 reads: the expanded token set when query expansion ran (the spec's lexical path)."""
+    return list(query.metadata.get("expanded_tokens") or query.tokens)
+
+
 def bm25_params(ctx: WorkerContext, shard: Shard) -> dict[str, Any]:
-    # BM25 reads the expanded token set when query expansion ran (the spec's lexical path).
-    terms = ctx.query.metadata.get("expanded_tokens") or ctx.query.tokens
     return {
-        "terms": list(terms),
+        "terms": query_terms(ctx.query),
         "types": ctx.shard_types,
         "memory_type": shard.memory_type,
         "k1": ctx.config.bm25_k1,

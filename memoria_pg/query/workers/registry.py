@@ -4,7 +4,7 @@ accepted worker names) reads it from here, from what each source declares about 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +54,41 @@ DEFAULT_SHIFT = ConfidenceShift()
 NO_SHIFT = ConfidenceShift(slope=0.0)
 
 
+@dataclass(frozen=True)
+class LexicalFeedback:
+    """Pseudo-relevance feedback in the final CTE (sql/final_candidates.sql, issue #14): the
+    `expansion` terms that weigh most in the first `seeds` candidates of the fused order (their share
+    of each seed's text times their IDF, the query's own terms left out) join the query's terms
+    (counted `repeat` times); the first `depth` candidates with a fused score get the BM25 of those
+    terms, normalized like a source's list and added with `weight`. It reads the terms of `depth`
+    memories, whatever the tenant's size. Only for score fusion, and only where the BM25 worker
+    completed (its terms: bm25.query_terms); `weight` 0 turns it off.
+
+    The five numbers were chosen by leave-one-set-out over the five dev sets with
+    benchmarks/feedback_lab.py (README, "Fusion")."""
+
+    weight: float = 0.3
+    seeds: int = 3
+    expansion: int = 10
+    depth: int = 30
+    repeat: int = 2
+
+    def params(self, method: str, terms: Sequence[str]) -> dict[str, Any]:
+        on = method == "score" and self.weight > 0 and bool(terms)
+        return {
+            "feedback_weight": self.weight if on else 0.0,
+            "feedback_query": list(terms) if on else [],
+            "feedback_seeds": self.seeds,
+            "feedback_expansion": self.expansion,
+            "feedback_depth": self.depth,
+            "feedback_repeat": self.repeat,
+        }
+
+
+DEFAULT_FEEDBACK = LexicalFeedback()
+NO_FEEDBACK = LexicalFeedback(weight=0.0)
+
+
 class WorkerRegistry(Mapping[str, type[Worker]]):
     """Worker classes by name (in declaration order), plus the sources that are not workers."""
 
@@ -62,8 +97,10 @@ class WorkerRegistry(Mapping[str, type[Worker]]):
         workers: Iterable[type[Worker]],
         sources: Iterable[type[Source]] = (RelevanceSource,),
         shift: ConfidenceShift = DEFAULT_SHIFT,
+        feedback: LexicalFeedback = DEFAULT_FEEDBACK,
     ) -> None:
         self.shift = shift
+        self.feedback = feedback
         self._workers = {w.name: w for w in workers}
         self._sources: dict[str, type[Source]] = {**self._workers, **{s.name: s for s in sources}}
         for source in self._sources.values():
@@ -87,13 +124,18 @@ class WorkerRegistry(Mapping[str, type[Worker]]):
         merged = dict(self._workers)
         merged.update({w.name: w for w in workers})
         others = [s for name, s in self._sources.items() if name not in self._workers]
-        return WorkerRegistry(merged.values(), others, self.shift)
+        return WorkerRegistry(merged.values(), others, self.shift, self.feedback)
 
     def with_shift(self, shift: ConfidenceShift) -> WorkerRegistry:
         """The same sources with other per-query weight adaptation (NO_SHIFT: the declared weights)."""
-        return WorkerRegistry(
-            self._workers.values(), [s for n, s in self._sources.items() if n not in self._workers], shift
-        )
+        return WorkerRegistry(self._workers.values(), self._others(), shift, self.feedback)
+
+    def with_feedback(self, feedback: LexicalFeedback) -> WorkerRegistry:
+        """The same sources with other lexical feedback (NO_FEEDBACK: none)."""
+        return WorkerRegistry(self._workers.values(), self._others(), self.shift, feedback)
+
+    def _others(self) -> list[type[Source]]:
+        return [s for n, s in self._sources.items() if n not in self._workers]
 
     def source(self, name: str) -> type[Source]:
         try:

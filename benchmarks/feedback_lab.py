@@ -1,0 +1,191 @@
+"""Lexical feedback lab (issue #14): replay the captured worker lists (benchmarks/fusion_capture.py)
+through the engine's fusion and then the final CTE's lexical feedback (LexicalFeedback,
+sql/final_candidates.sql), in process, over a grid of its five numbers; choose them by
+leave-one-set-out (tune on four sets, report the fifth) with the fusion lab's objective.
+
+    MEMORIA_EMBEDDING_BACKEND=onnx python benchmarks/feedback_lab.py --data /work/shared/eval \\
+        [--check] [--loso results/fusion/feedback_loso.json]
+
+The feedback needs each memory's terms, which the captures do not hold: they are made again here
+from the data sets, as the engine indexes them (memoria_pg.indexed_tokens), per tenant. `--check`
+replays the default parameters and counts the queries whose ranking equals the engine's captured
+one (a capture made with the feedback on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pickle
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fusion_lab import DEFAULT_DIR, SETS, LabSet, engine, grid, leave_one_out, load, main_metric, minmax_norm, order
+
+from memoria_pg import indexed_tokens, normalize, tokenize
+from memoria_pg.query.workers.registry import DEFAULT_FEEDBACK, LexicalFeedback
+
+K1, B = 1.2, 0.75  # Config's bm25_k1, bm25_b
+SPACE = {
+    "seeds": (2, 3, 4),
+    "expansion": (5, 10, 15),
+    "repeat": (1, 2),
+    "depth": (10, 20, 30),
+    "weight": (0.1, 0.15, 0.2, 0.25, 0.3),
+}
+
+
+@dataclass
+class Tenant:
+    """One tenant's memories as the BM25 tables hold them: each memory's term counts and length,
+    each term's document frequency, the number of documents and their mean length."""
+
+    terms: dict[int, Counter[str]]
+    length: dict[int, int]
+    df: Counter[str]
+    n: int
+    avgdl: float
+
+    @classmethod
+    def of(cls, docs: Mapping[int, list[str]]) -> Tenant:
+        terms = {m: Counter(tokens) for m, tokens in docs.items()}
+        df: Counter[str] = Counter()
+        for counts in terms.values():
+            df.update(counts.keys())
+        length = {m: len(tokens) for m, tokens in docs.items()}
+        n = len(docs)
+        return cls(terms, length, df, n, sum(length.values()) / n if n else 0.0)
+
+    def idf(self, term: str) -> float | None:
+        df = self.df.get(term, 0)
+        return math.log(1 + (self.n - df + 0.5) / (df + 0.5)) if df else None
+
+
+def feedback(tenant: Tenant, head: Sequence[int], query: Sequence[str], p: LexicalFeedback) -> dict[int, float]:
+    """sql/final_candidates.sql's feedback, from `head` (the first `depth` candidates with a fused
+    score, in fused order): each one's normalized score (best 1, last 1/n), for those above 0."""
+    qtf = {t: c * p.repeat for t, c in Counter(query).items()}
+    share: Counter[str] = Counter()
+    for m in head[: p.seeds]:
+        for t, tf in tenant.terms[m].items():
+            if t not in qtf:
+                share[t] += tf / max(tenant.length[m], 1)
+    weighted = [(s * idf, t) for t, s in share.items() if (idf := tenant.idf(t)) is not None]
+    expansion = [t for _, t in sorted(weighted, key=lambda x: (-x[0], x[1]))[: p.expansion]]
+    terms = {t: (q, idf) for t, q in qtf.items() if (idf := tenant.idf(t)) is not None}
+    terms.update({t: (1.0, tenant.idf(t) or 0.0) for t in expansion})
+    scores = {}
+    for m in head:
+        dl, s = tenant.length[m], 0.0
+        for t, tf in tenant.terms[m].items():
+            if t in terms:
+                q, idf = terms[t]
+                s += q * idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / tenant.avgdl))
+        if s > 0:
+            scores[m] = s
+    ranked = sorted(scores, key=lambda m: -scores[m])
+    return dict(zip(ranked, minmax_norm([scores[m] for m in ranked], False), strict=True))
+
+
+def head_of(hits: Mapping[str, Sequence[Any]], fused: Mapping[int, float], depth: int) -> list[int]:
+    """The first `depth` candidates with a fused score, in the final CTE's order."""
+    distance = {h[0]: h[3] for h in hits.get("vector", ())}
+    scored = [m for m in fused if fused[m] > 0]
+    return sorted(scored, key=lambda m: (-fused[m], distance.get(m, math.inf), m))[:depth]
+
+
+class Replay:
+    """One set's captured queries with what the feedback needs: the tenants' terms, each query's
+    BM25 terms and its fused scores before the feedback."""
+
+    def __init__(self, lab: LabSet, folder: Path) -> None:
+        self.lab = lab
+        with (folder / f"{lab.name}.pkl").open("rb") as f:
+            memories = pickle.load(f)["memories"]
+        docs = {(d.tenant, d.doc_id): d for d in lab.dataset.documents}
+        by_tenant: dict[str, dict[int, list[str]]] = defaultdict(dict)
+        for mid, tenant, doc_id, _ in memories:
+            d = docs[(tenant, doc_id)]
+            by_tenant[tenant][mid] = indexed_tokens(d.content, d.context)
+        self.tenants = {t: Tenant.of(d) for t, d in by_tenant.items()}
+        text = {q.query_id: q.text for q in lab.dataset.queries}
+        self.terms = {q["query_id"]: tokenize(normalize(text[q["query_id"]])) for q in lab.queries}
+        self.fused = {q["query_id"]: engine(q["hits"]) for q in lab.queries}
+
+    def run(self, p: LexicalFeedback) -> dict[str, list[str]]:
+        out = {}
+        for q in self.lab.queries:
+            qid, fused = q["query_id"], dict(self.fused[q["query_id"]])
+            if p.weight > 0 and "bm25" in q["hits"] and self.terms[qid]:
+                head = head_of(q["hits"], fused, p.depth)
+                for m, norm in feedback(self.tenants[q["tenant"]], head, self.terms[qid], p).items():
+                    fused[m] += p.weight * norm
+            out[qid] = [self.lab.doc[m] for m in order(q["hits"], fused, q["hint"])[: self.lab.depth]]
+        return out
+
+
+def check(replays: Sequence[Replay]) -> None:
+    for r in replays:
+        run = r.run(DEFAULT_FEEDBACK)
+        same = sum(run[q["query_id"]] == q["v4"] for q in r.lab.queries)
+        print(f"{r.lab.name}: replay {main_metric(r.lab, run):.4f}, identical rankings {same}/{len(r.lab.queries)}")
+
+
+def loso(replays: Sequence[Replay], out: Path | None) -> dict[str, Any]:
+    labs = [r.lab for r in replays]
+    before = {r.lab.name: main_metric(r.lab, r.run(LexicalFeedback(weight=0.0))) for r in replays}
+    rows = []
+    for params in grid(SPACE):
+        p = LexicalFeedback(**params)
+        rows.append((params, {r.lab.name: main_metric(r.lab, r.run(p)) for r in replays}))
+        print(json.dumps(params), " ".join(f"{n} {v - before[n]:+.4f}" for n, v in rows[-1][1].items()), flush=True)
+    chosen = leave_one_out(labs, [({"weight": 0.0}, before), *rows])
+    final = chosen["all"][0]
+    final_values = next(v for p, v in rows if p == final) if final in [p for p, _ in rows] else before
+    result = {
+        "family": "LexicalFeedback (seeds, expansion, repeat, depth, weight)",
+        "space": SPACE,
+        "sets": {
+            n: {
+                "before": before[n],
+                "held_out_params": chosen[n][0],
+                "held_out": chosen[n][1],
+                "final": final_values[n],
+            }
+            for n in before
+        },
+        "final_params": final,
+    }
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--captures", default=str(DEFAULT_DIR))
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--loso", default=None, help="write the leave-one-set-out table here (JSON)")
+    args = parser.parse_args(argv)
+    folder = Path(args.captures)
+    replays = [Replay(load(n, Path(args.data), folder), folder) for n in args.sets.split(",")]
+    if args.check:
+        check(replays)
+    if args.loso:
+        result = loso(replays, Path(args.loso))
+        for name, row in result["sets"].items():
+            print(name, {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
+        print("final", result["final_params"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

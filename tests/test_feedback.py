@@ -1,0 +1,160 @@
+"""The final CTE's lexical feedback (issue #14, sql/final_candidates.sql): the terms that weigh most in
+the first candidates re-score the head of the fused order, exactly as benchmarks/feedback_lab.py
+computes it, only where the BM25 worker completed and only for score fusion."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memoria_pg import indexed_tokens, normalize, tokenize
+from memoria_pg.core.types import ProcessedQuery, SourceHit
+from memoria_pg.query.candidates import build_candidates
+from memoria_pg.query.pipeline import feedback_terms
+from memoria_pg.query.workers import DEFAULT_WORKERS
+from memoria_pg.query.workers.registry import DEFAULT_FEEDBACK, NO_FEEDBACK, LexicalFeedback
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import feedback_lab  # benchmarks/ is not a package: imported from its folder
+import fusion_lab
+
+TEXTS = [
+    "The orchard harvest ended with cider pressing in the old barn.",
+    "Cider pressing needs ripe apples and a clean wooden press.",
+    "We walked through the orchard after the harvest festival.",
+    "The barn roof leaked during the autumn storms.",
+    "Apples keep longest in a cool cellar over winter.",
+    "Pressing cider at home: wash, grind, press, and ferment.",
+    "The festival had music, pies and a tractor parade.",
+    "A wooden press from the barn was sold at the auction.",
+    "Winter pruning keeps old apple trees productive.",
+    "Our neighbour brews beer, not cider, in his garage.",
+    "The harvest moon rose over the hills in September.",
+    "Fermenting cider takes two weeks in a warm room.",
+]
+QUERY = "orchard harvest festival"
+
+
+@pytest.fixture
+def stored(system):
+    vecs = np.random.default_rng(5).normal(size=(len(TEXTS), 384)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ids = system.store_many([{"content": t, "tenant": "t", "embedding": v} for t, v in zip(TEXTS, vecs)]).ids
+    return ids
+
+
+def hits_for(ids: list[int]) -> dict[str, list[SourceHit]]:
+    """Vector and BM25 lists that mostly disagree, of different lengths, with scores uneven enough that
+    no two fused scores tie (a tie's order would rest on the last bit of a float sum)."""
+
+    def hit(k: int, source: str, rank: int, score: float) -> SourceHit:
+        return SourceHit(memory_id=ids[k], source=source, rank=rank, score=score, memory_type="general")
+
+    distances = [0.31, 0.36, 0.43, 0.47, 0.58, 0.62]
+    scores = [7.3, 5.9, 5.2, 3.1, 2.9]
+    vector = [hit(k, "vector", r + 1, distances[r]) for r, k in enumerate([1, 5, 9, 2, 11, 8])]
+    bm25 = [hit(k, "bm25", r + 1, scores[r]) for r, k in enumerate([2, 0, 6, 10, 7])]
+    return {"vector": vector, "bm25": bm25}
+
+
+def found(system, hits, registry=DEFAULT_WORKERS, terms=(), method="score"):
+    with system.db.transaction("t") as conn:
+        out = build_candidates(conn, hits, registry, cap=200, rrf_k=60, depth=20, method=method, terms=terms)
+    return {c.memory_id: c for c in out}
+
+
+def lab_scores(ids: list[int], hits, p: LexicalFeedback) -> dict[int, float]:
+    """What the lab computes for these hits: the engine's fusion, then the feedback."""
+    lab_hits = {s: [(h.memory_id, h.memory_type, h.rank, h.score, {}) for h in hs] for s, hs in hits.items()}
+    fused = fusion_lab.engine(lab_hits)
+    tenant = feedback_lab.Tenant.of({m: indexed_tokens(t, None) for m, t in zip(ids, TEXTS)})
+    head = feedback_lab.head_of(lab_hits, fused, p.depth)
+    for m, norm in feedback_lab.feedback(tenant, head, tokenize(normalize(QUERY)), p).items():
+        fused[m] += p.weight * norm
+    return fused
+
+
+@pytest.mark.parametrize(
+    "params", [DEFAULT_FEEDBACK, LexicalFeedback(weight=0.5, seeds=2, expansion=4, depth=5, repeat=1)]
+)
+def test_the_lab_computes_the_feedback_the_sql_does(system, stored, params):
+    """benchmarks/feedback_lab.py chose the five numbers by replaying captured lists: its replay must
+    be the statement's arithmetic, or its leave-one-set-out figures would describe another rule."""
+    hits = hits_for(stored)
+    got = found(system, hits, DEFAULT_WORKERS.with_feedback(params), tokenize(normalize(QUERY)))
+    expected = lab_scores(stored, hits, params)
+    fused = fusion_lab.engine(
+        {s: [(h.memory_id, h.memory_type, h.rank, h.score, {}) for h in hs] for s, hs in hits.items()}
+    )
+    assert len({round(v, 9) for v in fused.values()}) == len(fused)  # no tie decides the head's order
+    assert {m: c.retrieval_score for m, c in got.items()} == pytest.approx(expected)
+    lifted = [m for m, c in got.items() if "feedback" in c.scores]
+    assert lifted and len(lifted) <= params.depth
+    before = found(system, hits, DEFAULT_WORKERS.with_feedback(NO_FEEDBACK), tokenize(normalize(QUERY)))
+    for m in lifted:
+        assert got[m].retrieval_score == pytest.approx(
+            before[m].retrieval_score + params.weight * got[m].scores["feedback"]
+        )
+    assert max(got[m].scores["feedback"] for m in lifted) == pytest.approx(1.0)
+
+
+def test_the_feedback_lifts_a_memory_that_shares_the_seeds_terms(system, stored):
+    """The seeds are about cider pressing and the barn (the first fused candidates); a memory
+    low in both lists that shares those terms, but none of the query's, rises."""
+    hits = hits_for(stored)
+    terms = tokenize(normalize(QUERY))
+    with_fb = found(system, hits, terms=terms)
+    without = found(system, hits, DEFAULT_WORKERS.with_feedback(NO_FEEDBACK), terms)
+    press = stored[7]  # "A wooden press from the barn ...": BM25's last hit
+
+    def rank(c, m):
+        return sorted(c, key=lambda x: (-c[x].retrieval_score, x)).index(m)
+
+    assert with_fb[press].scores.get("feedback", 0) > 0
+    assert rank(with_fb, press) < rank(without, press)
+
+
+def test_no_feedback_without_the_bm25_terms_for_rrf_or_when_off(system, stored):
+    hits = hits_for(stored)
+    terms = tokenize(normalize(QUERY))
+    base = found(system, hits, DEFAULT_WORKERS.with_feedback(NO_FEEDBACK), terms)
+    for got in (
+        found(system, hits),  # no terms: the BM25 worker did not complete
+        found(system, hits, DEFAULT_WORKERS.with_feedback(LexicalFeedback(weight=0.0)), terms),
+    ):
+        assert all("feedback" not in c.scores for c in got.values())
+        assert {m: c.retrieval_score for m, c in got.items()} == pytest.approx(
+            {m: c.retrieval_score for m, c in base.items()}
+        )
+    rrf = found(system, hits, terms=terms, method="rrf")
+    assert all("feedback" not in c.scores for c in rrf.values())
+
+
+def test_only_completed_bm25_and_vector_workers_give_the_terms():
+    terms = tokenize(normalize(QUERY))
+    query = ProcessedQuery(QUERY, normalize(QUERY), terms, "t")
+    assert feedback_terms(query, {"vector": [], "bm25": []}) == terms  # completed, even with no hit
+    assert feedback_terms(query, {"vector": []}) == []
+    assert feedback_terms(query, {"bm25": [], "graph": []}) == []  # BM25 without the vector worker
+    query.metadata["expanded_tokens"] = [*terms, "fair"]  # query expansion ran: BM25 read those
+    assert feedback_terms(query, {"bm25": [], "vector": []}) == [*terms, "fair"]
+
+
+def test_a_query_reports_the_feedback_and_the_generic_plan_agrees(system, stored):
+    """Through the public API: the returned memories carry the feedback's score, and the final CTE's
+    cached generic plan (after five executions) gives the same answer as the first."""
+    first = system.query(QUERY, tenant="t", ranking=False, top_k=5)
+    assert any("feedback" in m.scores for m in first.memories)
+    for _ in range(6):
+        again = system.query(QUERY, tenant="t", ranking=False, top_k=5)
+    assert [m.memory_id for m in again.memories] == [m.memory_id for m in first.memories]
+    assert [m.retrieval_score for m in again.memories] == pytest.approx([m.retrieval_score for m in first.memories])
+
+
+def test_a_caller_who_chooses_one_source_gets_it_alone(system, stored):
+    for workers in (["bm25"], ["vector"]):
+        out = system.query(QUERY, tenant="t", ranking=False, top_k=5, workers=workers)
+        assert out.memories and all("feedback" not in m.scores for m in out.memories)
