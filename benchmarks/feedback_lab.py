@@ -36,7 +36,8 @@ SPACE = {
     "expansion": (5, 10, 15),
     "repeat": (1, 2),
     "depth": (10, 20, 30),
-    "weight": (0.1, 0.15, 0.2, 0.25, 0.3),
+    "weight": (0.1, 0.2, 0.3),
+    "shared": (True, False),  # the engine's rule (True), or any seed term (the lab's first form)
 }
 
 
@@ -66,14 +67,19 @@ class Tenant:
         return math.log(1 + (self.n - df + 0.5) / (df + 0.5)) if df else None
 
 
-def feedback(tenant: Tenant, head: Sequence[int], query: Sequence[str], p: LexicalFeedback) -> dict[int, float]:
+def feedback(
+    tenant: Tenant, head: Sequence[int], query: Sequence[str], p: LexicalFeedback, shared: bool = True
+) -> dict[int, float]:
     """sql/final_candidates.sql's feedback, from `head` (the first `depth` candidates with a fused
-    score, in fused order): each one's normalized score (best 1, last 1/n), for those above 0."""
+    score, in fused order): each one's normalized score (best 1, last 1/n), for those above 0.
+    `shared` (the engine's rule): only a seed term that another memory of the head holds too may
+    join the query; without it (the lab's other form) any seed term may."""
     qtf = {t: c * p.repeat for t, c in Counter(query).items()}
+    holders = Counter(t for m in head for t in tenant.terms[m])
     share: Counter[str] = Counter()
     for m in head[: p.seeds]:
         for t, tf in tenant.terms[m].items():
-            if t not in qtf:
+            if t not in qtf and (holders[t] >= 2 or not shared):
                 share[t] += tf / max(tenant.length[m], 1)
     weighted = [(s * idf, t) for t, s in share.items() if (idf := tenant.idf(t)) is not None]
     expansion = [t for _, t in sorted(weighted, key=lambda x: (-x[0], x[1]))[: p.expansion]]
@@ -117,13 +123,13 @@ class Replay:
         self.terms = {q["query_id"]: tokenize(normalize(text[q["query_id"]])) for q in lab.queries}
         self.fused = {q["query_id"]: engine(q["hits"]) for q in lab.queries}
 
-    def run(self, p: LexicalFeedback) -> dict[str, list[str]]:
+    def run(self, p: LexicalFeedback, shared: bool = True) -> dict[str, list[str]]:
         out = {}
         for q in self.lab.queries:
             qid, fused = q["query_id"], dict(self.fused[q["query_id"]])
-            if p.weight > 0 and "bm25" in q["hits"] and self.terms[qid]:
+            if p.weight > 0 and "bm25" in q["hits"] and "vector" in q["hits"] and self.terms[qid]:
                 head = head_of(q["hits"], fused, p.depth)
-                for m, norm in feedback(self.tenants[q["tenant"]], head, self.terms[qid], p).items():
+                for m, norm in feedback(self.tenants[q["tenant"]], head, self.terms[qid], p, shared).items():
                     fused[m] += p.weight * norm
             out[qid] = [self.lab.doc[m] for m in order(q["hits"], fused, q["hint"])[: self.lab.depth]]
         return out
@@ -141,8 +147,8 @@ def loso(replays: Sequence[Replay], out: Path | None) -> dict[str, Any]:
     before = {r.lab.name: main_metric(r.lab, r.run(LexicalFeedback(weight=0.0))) for r in replays}
     rows = []
     for params in grid(SPACE):
-        p = LexicalFeedback(**params)
-        rows.append((params, {r.lab.name: main_metric(r.lab, r.run(p)) for r in replays}))
+        p = LexicalFeedback(**{k: v for k, v in params.items() if k != "shared"})
+        rows.append((params, {r.lab.name: main_metric(r.lab, r.run(p, params["shared"])) for r in replays}))
         print(json.dumps(params), " ".join(f"{n} {v - before[n]:+.4f}" for n, v in rows[-1][1].items()), flush=True)
     chosen = leave_one_out(labs, [({"weight": 0.0}, before), *rows])
     final = chosen["all"][0]

@@ -1,11 +1,14 @@
-"""The final CTE's cost with and without the per-query weight shift (issue #14), on the same hits.
+"""The final CTE's cost with and without the per-query weight shift or the lexical feedback (issue
+#14), on the same hits.
 
-    python benchmarks/fusion_cost.py --dsn postgresql://postgres@127.0.0.1:55432/memoria_scale_100000
+    python benchmarks/fusion_cost.py --dsn postgresql://postgres@127.0.0.1:55432/memoria_scale_100000 \
+        [--compare shift|feedback]
 
 Takes `--queries` queries (the first words of random memories of each tenant of a database built by
 benchmarks/scale.py), runs each once through the V4 path to get its workers' hits, then times the
-final CTE alone (build_candidates, on its generic plan, as the pipeline runs it) on those hits,
-alternating the default registry and NO_SHIFT (the declared weights), `--rounds` times each.
+final CTE alone (build_candidates, on its generic plan, with the arguments the pipeline gave it) on
+those hits, alternating the default registry and NO_SHIFT (the declared weights) or NO_FEEDBACK (no
+lexical feedback), `--rounds` times each.
 The database is migrated to head first: give it a copy (CREATE DATABASE ... TEMPLATE ...) of a shared one.
 Figures of 2026-12-01 (a copy of memoria_scale_100000): results/fusion/final_cte_cost_100k.json.
 """
@@ -27,15 +30,17 @@ from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.query import pipeline as pipeline_module
 from memoria_pg.query.candidates import build_candidates
 from memoria_pg.query.workers import DEFAULT_WORKERS
-from memoria_pg.query.workers.registry import NO_SHIFT
+from memoria_pg.query.workers.registry import NO_FEEDBACK, NO_SHIFT
+
+Seen = list[tuple[str, dict[str, Any], dict[str, Any]]]  # tenant, hits, the pipeline's other arguments
 
 
-def captured_hits(system: MemorySystem, tenants: list[str], per_tenant: int) -> list[tuple[str, dict[str, Any]]]:
-    seen: list[tuple[str, dict[str, Any]]] = []
+def captured_hits(system: MemorySystem, tenants: list[str], per_tenant: int, lean: bool) -> Seen:
+    seen: Seen = []
     original = pipeline_module.build_candidates
 
     def record(conn, hits, registry, **kwargs):  # type: ignore[no-untyped-def]
-        seen.append((current, dict(hits)))
+        seen.append((current, dict(hits), kwargs))
         return original(conn, hits, registry, **kwargs)
 
     pipeline_module.build_candidates = record  # type: ignore[assignment]
@@ -47,28 +52,33 @@ def captured_hits(system: MemorySystem, tenants: list[str], per_tenant: int) -> 
                     (current, per_tenant),
                 ).fetchall()
             for (text,) in texts:
-                system.query(" ".join(text.split()[:6]), tenant=current, top_k=10, ranking=False)
+                system.query(" ".join(text.split()[:6]), tenant=current, top_k=10, ranking=False, candidates=not lean)
     finally:
         pipeline_module.build_candidates = original  # type: ignore[assignment]
     return seen
 
 
-def time_final_cte(system: MemorySystem, seen: list[tuple[str, dict[str, Any]]], rounds: int) -> dict[str, Any]:
-    cfg = system.config
-    registries = {"shift": DEFAULT_WORKERS, "declared": DEFAULT_WORKERS.with_shift(NO_SHIFT)}
+def time_final_cte(seen: Seen, system: MemorySystem, rounds: int, compare: str) -> dict[str, Any]:
+    registries = {
+        "shift": {"shift": DEFAULT_WORKERS, "declared": DEFAULT_WORKERS.with_shift(NO_SHIFT)},
+        "feedback": {"feedback": DEFAULT_WORKERS, "without": DEFAULT_WORKERS.with_feedback(NO_FEEDBACK)},
+    }[compare]
     times: dict[str, list[float]] = {name: [] for name in registries}
-    for _ in range(rounds):
-        for tenant, hits in seen:
-            for name, registry in registries.items():
+    for r in range(rounds):
+        for i, (tenant, hits, kwargs) in enumerate(seen):
+            names = list(registries) if (i + r) % 2 == 0 else list(registries)[::-1]
+            for name in names:
                 with system.db.transaction(tenant, generic_plans=True) as conn:
                     t0 = time.perf_counter()
-                    build_candidates(conn, hits, registry, cap=cfg.ranking_candidate_limit, rrf_k=cfg.rrf_k, depth=20)
+                    build_candidates(conn, hits, registries[name], **kwargs)
                     times[name].append((time.perf_counter() - t0) * 1000)
     out: dict[str, Any] = {"queries": len(seen), "rounds": rounds}
     for name, values in times.items():
         ordered = sorted(values)
         out[name] = {"p50_ms": statistics.median(values), "p95_ms": ordered[int(0.95 * (len(ordered) - 1))]}
-    out["mean_hits"] = statistics.fmean(sum(len(v) for v in hits.values()) for _, hits in seen)
+    out["mean_hits"] = statistics.fmean(sum(len(v) for v in hits.values()) for _, hits, _ in seen)
+    first, second = registries
+    out["median_ratio"] = statistics.median(a / b for a, b in zip(times[first], times[second], strict=True))
     return out
 
 
@@ -77,13 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dsn", required=True, help="a database built by benchmarks/scale.py")
     parser.add_argument("--queries", type=int, default=10, help="per tenant")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--compare", choices=("shift", "feedback"), default="shift")
+    parser.add_argument("--lean", action="store_true", help="the hits of queries without the candidate list")
     parser.add_argument("--out", default=None, help="write the figures here (JSON)")
     args = parser.parse_args(argv)
     with MemorySystem(Config(dsn=args.dsn), embedder=HashEmbedder(), auto_migrate=True) as system:
         with psycopg.connect(args.dsn) as conn:
             tenants = [r[0] for r in conn.execute("SELECT DISTINCT tenant FROM memoria.memories ORDER BY 1")]
-        seen = captured_hits(system, tenants, args.queries)
-        result = time_final_cte(system, seen, args.rounds)
+        seen = captured_hits(system, tenants, args.queries, args.lean)
+        result = {**time_final_cte(seen, system, args.rounds, args.compare), "compare": args.compare, "lean": args.lean}
     print(json.dumps(result, indent=2))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

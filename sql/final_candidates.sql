@@ -114,11 +114,13 @@ WITH hits AS (
     FROM unnest(%(feedback_query)s::text[]) AS q(term)
     WHERE EXISTS (SELECT 1 FROM head)
     GROUP BY q.term
-), seed_terms AS (  -- the other terms of the first %(feedback_seeds)s: their share of each one's text, summed
-    SELECT ht.term, sum(ht.tf::float8 / greatest(ht.doc_len, 1)) AS share
+), seed_terms AS (  -- the seeds' other terms that another candidate of the head holds too, each
+                    -- weighted by its share of each seed's text, summed over the first %(feedback_seeds)s
+    SELECT ht.term, sum(ht.tf::float8 / greatest(ht.doc_len, 1)) FILTER (WHERE ht.pos <= %(feedback_seeds)s) AS share
     FROM head_terms ht
-    WHERE ht.pos <= %(feedback_seeds)s AND NOT EXISTS (SELECT 1 FROM query_terms q WHERE q.term = ht.term)
+    WHERE NOT EXISTS (SELECT 1 FROM query_terms q WHERE q.term = ht.term)
     GROUP BY ht.term
+    HAVING count(*) FILTER (WHERE ht.pos <= %(feedback_seeds)s) > 0 AND count(*) >= 2
 ), corpus AS (  -- the tenant's documents and their mean length, over every memory type
     SELECT sum(d.n_docs)::float8 AS n, sum(d.sum_len)::float8 / nullif(sum(d.n_docs), 0) AS avgdl
     FROM memoria.bm25_docs d

@@ -102,19 +102,26 @@ def test_the_lab_computes_the_feedback_the_sql_does(system, stored, params):
 
 
 def test_the_feedback_lifts_a_memory_that_shares_the_seeds_terms(system, stored):
-    """The seeds are about cider pressing and the barn (the first fused candidates); a memory
-    low in both lists that shares those terms, but none of the query's, rises."""
+    """The first candidates are about the orchard walk and cider pressing. The memory of the harvest
+    that ended with cider pressing, fourth by the lists, holds the query's terms and the seeds' and
+    overtakes the third; a memory that holds none of the query's terms is reached by the seeds' alone."""
     hits = hits_for(stored)
     terms = tokenize(normalize(QUERY))
     with_fb = found(system, hits, terms=terms)
     without = found(system, hits, DEFAULT_WORKERS.with_feedback(NO_FEEDBACK), terms)
-    press = stored[7]  # "A wooden press from the barn ...": BM25's last hit
 
-    def rank(c, m):
-        return sorted(c, key=lambda x: (-c[x].retrieval_score, x)).index(m)
+    def order(c):
+        return sorted(c, key=lambda x: (-c[x].retrieval_score, x))
 
-    assert with_fb[press].scores.get("feedback", 0) > 0
-    assert rank(with_fb, press) < rank(without, press)
+    harvest, home = (
+        stored[0],
+        stored[5],
+    )  # "The orchard harvest ended with cider pressing ...", "Pressing cider at home ..."
+    assert order(without).index(home) < order(without).index(harvest)
+    assert order(with_fb).index(harvest) < order(with_fb).index(home)
+    press = stored[7]  # "A wooden press from the barn was sold at the auction."
+    assert not set(terms) & set(indexed_tokens(TEXTS[7], None))
+    assert with_fb[press].scores["feedback"] > 0 and "feedback" not in without[press].scores
 
 
 def test_no_feedback_without_the_bm25_terms_for_rrf_or_when_off(system, stored):

@@ -56,13 +56,14 @@ NO_SHIFT = ConfidenceShift(slope=0.0)
 
 @dataclass(frozen=True)
 class LexicalFeedback:
-    """Pseudo-relevance feedback in the final CTE (sql/final_candidates.sql, issue #14): the
-    `expansion` terms that weigh most in the first `seeds` candidates of the fused order (their share
-    of each seed's text times their IDF, the query's own terms left out) join the query's terms
-    (counted `repeat` times); the first `depth` candidates with a fused score get the BM25 of those
-    terms, normalized like a source's list and added with `weight`. It reads the terms of `depth`
-    memories, whatever the tenant's size. Only for score fusion, and only where the BM25 worker
-    completed (its terms: bm25.query_terms); `weight` 0 turns it off.
+    """Pseudo-relevance feedback in the final CTE (sql/final_candidates.sql, issue #14): of the terms
+    of the first `seeds` candidates of the fused order that another of the first `depth` holds too
+    (the query's own left out), the `expansion` that weigh most (their share of each seed's text
+    times their IDF) join the query's terms (counted `repeat` times); the first `depth` candidates
+    with a fused score get the BM25 of those terms, normalized like a source's list and added with
+    `weight`. It reads the terms of `depth` memories, whatever the tenant's size. Only for score
+    fusion, and only where the BM25 and vector workers completed (pipeline.feedback_terms); `weight`
+    0 turns it off.
 
     The five numbers were chosen by leave-one-set-out over the five dev sets with
     benchmarks/feedback_lab.py (README, "Fusion")."""
@@ -70,7 +71,7 @@ class LexicalFeedback:
     weight: float = 0.3
     seeds: int = 3
     expansion: int = 10
-    depth: int = 30
+    depth: int = 20
     repeat: int = 2
 
     def params(self, method: str, terms: Sequence[str]) -> dict[str, Any]:
