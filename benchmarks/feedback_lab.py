@@ -25,7 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fusion_lab import DEFAULT_DIR, SETS, LabSet, engine, grid, leave_one_out, load, main_metric, minmax_norm, order
+from fusion_lab import (
+    DEFAULT_DIR,
+    SETS,
+    LabSet,
+    engine,
+    grid,
+    leave_one_out,
+    load,
+    main_metric,
+    minmax_norm,
+    order,
+    source_run,
+)
 
 from memoria_pg import indexed_tokens, normalize, tokenize
 from memoria_pg.query.workers.registry import DEFAULT_FEEDBACK, LexicalFeedback
@@ -154,16 +166,18 @@ def loso(replays: Sequence[Replay], out: Path | None) -> dict[str, Any]:
     final = chosen["all"][0]
     final_values = next(v for p, v in rows if p == final) if final in [p for p, _ in rows] else before
     result = {
-        "family": "LexicalFeedback (seeds, expansion, repeat, depth, weight)",
+        "family": "LexicalFeedback (seeds, expansion, repeat, depth, weight, shared)",
         "space": SPACE,
         "sets": {
             n: {
+                "vector": main_metric(labs[i], source_run(labs[i], "vector")),
+                "bm25": main_metric(labs[i], source_run(labs[i], "bm25")),
                 "before": before[n],
                 "held_out_params": chosen[n][0],
                 "held_out": chosen[n][1],
                 "final": final_values[n],
             }
-            for n in before
+            for i, n in enumerate(before)
         },
         "final_params": final,
     }

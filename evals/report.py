@@ -64,6 +64,8 @@ def render_markdown(report: EvalReport) -> str:
     lines.append(f"- total time: {report.seconds:.0f} s")
     lines += ["", "## Summary", "", *_summary(report), "", "## Targets", "", *_targets(report)]
     lines += ["", "## Fusion: leave-one-set-out", "", *_fusion_protocol(report)]
+    lines += ["", "Then the lexical feedback, chosen the same way on top of the shift above:", ""]
+    lines += _fusion_protocol(report, FEEDBACK_LOSO_FILE, "benchmarks/feedback_lab.py")
     for ds in report.datasets:
         lines += ["", *_dataset_section(ds)]
     lines += ["", "## Timings (seconds)", "", *_timings(report), "", "## Configurations", ""]
@@ -121,16 +123,18 @@ def _targets(report: EvalReport) -> list[str]:
     return _table(["target", "configuration", "value", "result", "baselines"], rows) + note
 
 
-# The leave-one-set-out choice of the fusion's parameters (benchmarks/fusion_lab.py --loso writes it).
+# The leave-one-set-out choices of the fusion's parameters: the per-query shift (benchmarks/fusion_lab.py
+# --loso writes it) and the lexical feedback (benchmarks/feedback_lab.py --loso).
 LOSO_FILE = Path(__file__).resolve().parent.parent / "results" / "fusion" / "loso.json"
+FEEDBACK_LOSO_FILE = LOSO_FILE.with_name("feedback_loso.json")
 
 
-def _fusion_protocol(report: EvalReport, path: Path = LOSO_FILE) -> list[str]:
+def _fusion_protocol(report: EvalReport, path: Path = LOSO_FILE, lab: str = "benchmarks/fusion_lab.py") -> list[str]:
     """How the fusion's parameters were chosen: for each dev set, the parameters chosen on the four
     others and that set's figure with them (in the lab, on captured hit lists), beside the final
     parameters' figure there and in this run."""
     if not path.exists():
-        return [f"({path} not found: run benchmarks/fusion_lab.py --loso)"]
+        return [f"({path} not found: run {lab} --loso)"]
     loso = json.loads(path.read_text(encoding="utf-8"))
     final = ", ".join(f"{k} {v:g}" for k, v in loso["final_params"].items())
     rows = []

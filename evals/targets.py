@@ -36,7 +36,8 @@ TARGETS: tuple[Target, ...] = (
     Target("scifact", ALL, "ndcg@10", 0.71, baseline="RRF 0.690"),
     Target("longmemeval", ALL, "turn_recall_any@5", 0.80, baseline="BM25 0.757"),
     Target("longmemeval", ALL, "all_sessions@5", 0.975),
-    Target("longmemeval", ALL, "turn_recall_any@5", 0.946, baseline="issue #14: the in-process RRF reference"),
+    # Issue #14's reference: 35 of its 37 questions (0.9459, printed 0.946 when the issue was filed).
+    Target("longmemeval", ALL, "turn_recall_any@5", 35 / 37, baseline="issue #14: the in-process RRF reference"),
 )
 # Issue #14: on every set, V4 retrieval-only against its own sources and the references, on the
 # set's main metric: (configuration compared with, allowed shortfall). "max_single" is the better

@@ -25,20 +25,23 @@
 --            on the Snowball-stemmed BM25 of migration 0021 (0.3, 2.0 before it). No labels, no state:
 --            one aggregate over the hits, so the statement costs what it did.
 --   'rrf':   sum over sources of weight / (rrf_k + rank) for ranks <= %(depth)s (weights as declared).
--- Lexical feedback (score fusion only; issue #14; query/workers/registry.LexicalFeedback): the terms
--- that weigh most in the first %(feedback_seeds)s candidates of the fused order (each term's share of
--- each seed's text, summed, times its IDF; the query's own terms left out), %(feedback_expansion)s of
--- them, join the BM25 worker's terms (%(feedback_query)s, each counted %(feedback_repeat)s times), and
--- the first %(feedback_depth)s candidates with a fused score get the BM25 of those terms, normalized as
--- a source's list and added with %(feedback_weight)s. Why: a question's words often miss the words of
--- the memory that answers it (a multi-hop question, a paraphrase), while the memories ranked first
--- share them; the lab measured that this lifts evidence on all five dev sets where a second
--- retrieval round (a worker run again with the expanded terms) lifted it too, but at the price of a
--- second round. Re-scoring the head instead reads the terms of %(feedback_depth)s memories (their
--- memory_terms rows by id, one shard each) and the document frequency of their terms, whatever the
--- tenant's size. The caller passes no terms (no feedback) where the BM25 or the vector worker did
--- not complete, so a query that chose one source gets it alone. The five numbers were chosen by
--- leave-one-set-out (README, "Fusion"; benchmarks/feedback_lab.py).
+-- Lexical feedback (score fusion only; issue #14; query/workers/registry.LexicalFeedback): of the
+-- terms of the first %(feedback_seeds)s candidates of the fused order that another of the first
+-- %(feedback_depth)s holds too (the query's own terms left out), the %(feedback_expansion)s that weigh
+-- most (their share of each seed's text, summed, times their IDF) join the BM25 worker's terms
+-- (%(feedback_query)s, each counted %(feedback_repeat)s times); the first %(feedback_depth)s candidates
+-- with a fused score get the BM25 of those terms (k1 %(k1)s, b %(b)s, the tenant's statistics over
+-- every memory type), normalized as a source's list and added with %(feedback_weight)s.
+-- Why: the words of a question often miss those of the memory that answers it (a multi-hop
+-- question, a paraphrase, a turn that says "it" for what the question names), while the memories
+-- ranked first share them: pseudo-relevance feedback (RM3) is the classic remedy. A second retrieval
+-- round with the expanded terms would cost a worker round trip and a second fusion; re-scoring the
+-- head reads the terms of %(feedback_depth)s memories (one memory_terms probe each) and the document
+-- frequencies of the seeds' shared terms, whatever the tenant's size. Only a term another candidate
+-- holds can lift anything but its own seed, hence "shared". The caller passes no terms (no
+-- feedback) where the BM25 or the vector worker did not complete: a query that chose one source gets
+-- that source alone. Its numbers were chosen by leave-one-set-out over the five dev sets
+-- (benchmarks/feedback_lab.py; README, "Fusion").
 -- Rows: every capped candidate valid at the query time, in retrieval order. A retrieval-only query as of
 -- now that returns top_k memories and no candidate list (query(..., candidates=False)) runs this
 -- statement with candidates._TOP_EDITS: the candidates not valid now are found in the partial index
