@@ -107,10 +107,11 @@ WITH hits AS (
 ), head_terms AS MATERIALIZED (  -- every term of each, from its own shard (memory_terms_memory)
     SELECT h.memory_id, h.pos, t.term, t.tf, t.doc_len
     FROM head h
-    CROSS JOIN LATERAL (
-        SELECT mt.term, mt.tf, mt.doc_len FROM memoria.memory_terms mt
-        WHERE mt.tenant = current_setting('memoria.tenant') AND mt.memory_id = h.memory_id
-          AND mt.memory_type = h.memory_type
+    CROSS JOIN LATERAL (  -- a probe per memory; OFFSET 0 keeps the planner from making it a join
+        SELECT mt.term, mt.tf, mt.doc_len FROM memoria.memory_terms mt  -- that reads the tenant's every
+        WHERE mt.tenant = current_setting('memoria.tenant') AND mt.memory_id = h.memory_id  -- posting
+          AND mt.memory_type = h.memory_type                          -- (its plan before any ANALYZE)
+        OFFSET 0
     ) t
 ), query_terms AS (  -- the BM25 worker's terms, each counted %(feedback_repeat)s times
     SELECT q.term, count(*) * %(feedback_repeat)s::float8 AS qtf

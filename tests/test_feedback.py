@@ -4,6 +4,7 @@ computes it, only where the BM25 worker completed and only for score fusion."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pytest
 
 from memoria_pg import indexed_tokens, normalize, tokenize
 from memoria_pg.core.types import ProcessedQuery, SourceHit
-from memoria_pg.query.candidates import build_candidates
+from memoria_pg.db import load_sql
+from memoria_pg.query.candidates import build_candidates, final_cte_params
 from memoria_pg.query.pipeline import feedback_terms
 from memoria_pg.query.workers import DEFAULT_WORKERS
 from memoria_pg.query.workers.registry import DEFAULT_FEEDBACK, NO_FEEDBACK, LexicalFeedback
@@ -165,3 +167,38 @@ def test_a_caller_who_chooses_one_source_gets_it_alone(system, stored):
     for workers in (["bm25"], ["vector"]):
         out = system.query(QUERY, tenant="t", ranking=False, top_k=5, workers=workers)
         assert out.memories and all("feedback" not in m.scores for m in out.memories)
+
+
+def test_the_feedback_reads_only_its_candidates_postings_before_any_analyze(system):
+    """Right after a load, before autovacuum's first ANALYZE, the planner has no statistics: the
+    feedback must still probe each candidate's postings by tenant and id (migration 0022's index,
+    the lateral's fence), not join the tenant's every posting, on the generic plan the final CTE
+    keeps."""
+    rng = np.random.default_rng(11)
+    words = [f"w{i}" for i in range(400)]
+    texts = [" ".join(rng.choice(words, size=20)) + f" item{i}" for i in range(1500)]
+    vecs = rng.normal(size=(len(texts), 384)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ids = system.store_many([{"content": t, "tenant": "t", "embedding": v} for t, v in zip(texts, vecs)]).ids
+
+    def hit(k: int, source: str, rank: int, score: float) -> SourceHit:
+        return SourceHit(memory_id=ids[k], source=source, rank=rank, score=score, memory_type="general")
+
+    hits = {
+        "vector": [hit(k, "vector", k + 1, 0.3 + 0.01 * k) for k in range(40)],
+        "bm25": [hit(40 + k, "bm25", k + 1, 9.0 - 0.1 * k) for k in range(40)],
+    }
+    params = final_cte_params(hits, DEFAULT_WORKERS, cap=200, rrf_k=60, depth=20, terms=texts[0].split()[:4])
+    with system.db.transaction("t") as conn:
+        conn.execute("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + load_sql("final_candidates"), params).fetchone()[0][0]
+
+    def nodes(node):
+        yield node
+        for child in node.get("Plans", []):
+            yield from nodes(child)
+
+    head_terms = next(n for n in nodes(plan["Plan"]) if n.get("Subplan Name") == "CTE head_terms")
+    bound = DEFAULT_FEEDBACK.depth * 21  # each candidate's postings: 20 words and its item number at most
+    assert head_terms["Actual Rows"] > 0
+    assert all(n["Actual Rows"] * n["Actual Loops"] <= bound for n in nodes(head_terms)), json.dumps(head_terms)
