@@ -4,6 +4,7 @@ computes it, only where the BM25 worker completed and only for score fusion."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -202,3 +203,11 @@ def test_the_feedback_reads_only_its_candidates_postings_before_any_analyze(syst
     bound = DEFAULT_FEEDBACK.depth * 21  # each candidate's postings: 20 words and its item number at most
     assert head_terms["Actual Rows"] > 0
     assert all(n["Actual Rows"] * n["Actual Loops"] <= bound for n in nodes(head_terms)), json.dumps(head_terms)
+
+
+def test_the_configuration_turns_it_off(config, stored):
+    from memoria_pg import HashEmbedder, MemorySystem
+
+    with MemorySystem(dataclasses.replace(config, lexical_feedback=False), embedder=HashEmbedder()) as off:
+        out = off.query(QUERY, tenant="t", ranking=False, top_k=5)
+        assert out.memories and all("feedback" not in m.scores for m in out.memories)

@@ -250,16 +250,15 @@ def build_candidates(
     terms: Sequence[str] = (),
     bm25: tuple[float, float] = BM25_DEFAULTS,
 ) -> Candidates:
-    """Merge, deduplicate, fuse (`method`: "score" or "rrf"), cap and fetch in one statement; every
-    candidate keeps its per-source scores. Memories not valid at the query time are left out.
-    `embeddings` false: the candidates come without their vectors (None), which only ranking reads.
+    """Merge, deduplicate, fuse (`method`: "score" or "rrf"; `terms`, `bm25`: final_cte_params), cap and
+    fetch in one statement; every candidate keeps its per-source scores. Memories not valid at the query
+    time are left out. `embeddings` false: the candidates come without their vectors (None).
 
     `fetch` (a retrieval-only query that returns `fetch` memories and no candidate list): only the
     rows that can be among them are read, those of the type filter's `prefer_type` first. What it
     returns then holds, in retrieval order after the type filter, the same first `fetch` candidates as
-    the whole list would: where that cannot be told from the rows read (a candidate left out could
-    overtake one read, see _order_holds), or a superseded fact may be moved (prefer_current_facts),
-    every row is read."""
+    the whole list would: where that cannot be told from the rows read (a candidate left out could overtake
+    one read, see _order_holds), or a superseded fact may be moved (prefer_current_facts), all are read."""
     if not any(hits.values()):
         return Candidates()
     scored = fused_scores(hits, registry)

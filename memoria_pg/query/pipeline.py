@@ -59,6 +59,7 @@ from .time_window import time_window
 from .tracing import persist_trace
 from .workers import Worker, WorkerContext, WorkerRegistry
 from .workers.bm25 import query_terms
+from .workers.registry import NO_FEEDBACK
 from .workers.vector import VectorWorker
 from .workers.vector import exact as exact_search
 
@@ -129,7 +130,8 @@ class QueryPipeline:
         self.embedder = embedder
         self.router = router
         self.scheduler = scheduler
-        self.registry = registry
+        # Config.lexical_feedback off: the registry's fusion without its lexical feedback.
+        self.registry = registry if config.lexical_feedback else registry.with_feedback(NO_FEEDBACK)
         self.ranking = ranking
         self.graph_backend = graph_backend
         self._in_flight = 0  # queries reading now (read): finish_overlapped's spare cores
