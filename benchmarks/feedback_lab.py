@@ -7,9 +7,13 @@ leave-one-set-out (tune on four sets, report the fifth) with the fusion lab's ob
         [--check] [--loso results/fusion/feedback_loso.json]
 
 The feedback needs each memory's terms, which the captures do not hold: they are made again here
-from the data sets, as the engine indexes them (memoria_pg.indexed_tokens), per tenant. `--check`
+from the data sets, as the engine indexes them (memoria_pg.indexed_tokens), per tenant. The captured
+hits are the workers' (the feedback does not change them), so any capture serves the grid; `--check`
 replays the default parameters and counts the queries whose ranking equals the engine's captured
-one (a capture made with the feedback on).
+one, which needs a capture of an engine with the feedback on:
+
+    python benchmarks/fusion_capture.py --data /work/shared/eval --dsn ... --out ~/.cache/memoria-pg/fusion-lab-feedback
+    python benchmarks/feedback_lab.py --data /work/shared/eval --captures ~/.cache/memoria-pg/fusion-lab-feedback --check
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from fusion_lab import (
     minmax_norm,
     order,
     source_run,
+    write_json,
 )
 
 from memoria_pg import indexed_tokens, normalize, tokenize
@@ -111,10 +116,11 @@ def feedback(
 
 
 def head_of(hits: Mapping[str, Sequence[Any]], fused: Mapping[int, float], depth: int) -> list[int]:
-    """The first `depth` candidates with a fused score, in the final CTE's order."""
+    """The first `depth` candidates with a fused score, in the order of the final CTE's `head`: fused
+    score to 1e-9, then distance and id."""
     distance = {h[0]: h[3] for h in hits.get("vector", ())}
     scored = [m for m in fused if fused[m] > 0]
-    return sorted(scored, key=lambda m: (-fused[m], distance.get(m, math.inf), m))[:depth]
+    return sorted(scored, key=lambda m: (-round(fused[m], 9), distance.get(m, math.inf), m))[:depth]
 
 
 class Replay:
@@ -182,8 +188,7 @@ def loso(replays: Sequence[Replay], out: Path | None) -> dict[str, Any]:
         "final_params": final,
     }
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        write_json(out, result)
     return result
 
 

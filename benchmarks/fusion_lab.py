@@ -361,9 +361,14 @@ def loso(labs: Sequence[LabSet], out: Path | None = None) -> dict[str, Any]:
         "final_params": final,
     }
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        write_json(out, result)
     return result
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    """A lab's leave-one-set-out table, where memoria-pg eval reads it (evals/report.py)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

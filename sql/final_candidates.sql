@@ -97,12 +97,15 @@ WITH hits AS (
            min(n.score) FILTER (WHERE n.source = 'vector') AS distance
     FROM normalized n
     GROUP BY n.memory_id, n.memory_type
-), head AS (  -- the lexical feedback's candidates: the first %(feedback_depth)s with a fused score
+), head AS (  -- the lexical feedback's candidates: the first %(feedback_depth)s with a fused score, in
+                -- fused order to 1e-9 (a plan that sums in another order moves a score by less, and
+                -- must not change which candidates lend their words), then distance and id
     SELECT m.memory_id, m.memory_type,
-           row_number() OVER (ORDER BY m.retrieval_score DESC, m.distance ASC NULLS LAST, m.memory_id) AS pos
+           row_number() OVER (ORDER BY round(m.retrieval_score::numeric, 9) DESC, m.distance ASC NULLS LAST,
+                                       m.memory_id) AS pos
     FROM merged m
     WHERE m.retrieval_score > 0 AND %(feedback_weight)s::float8 > 0 AND cardinality(%(feedback_query)s::text[]) > 0
-    ORDER BY m.retrieval_score DESC, m.distance ASC NULLS LAST, m.memory_id
+    ORDER BY round(m.retrieval_score::numeric, 9) DESC, m.distance ASC NULLS LAST, m.memory_id
     LIMIT %(feedback_depth)s::bigint
 ), head_terms AS MATERIALIZED (  -- every term of each, from its own shard (memory_terms_memory)
     SELECT h.memory_id, h.pos, t.term, t.tf, t.doc_len

@@ -202,8 +202,10 @@ def plan(dsn: str, query: str, params: tuple) -> str:
 def test_the_new_indexes_serve_metadata_filters_and_deletes(populated: MemorySystem, dsn: str):
     contained = plan(dsn, "SELECT id FROM memoria.memories WHERE metadata @> %s::jsonb", ('{"source": "email"}',))
     assert "Bitmap Index Scan on memories_general_metadata_idx" in contained, contained
-    postings = plan(dsn, "DELETE FROM memoria.memory_terms WHERE memory_id = %s", (1,))
-    assert "Index Scan on memory_terms_general_memory_id_idx" in postings, postings
+    # A memory's postings are deleted by tenant and id (migration 0010's delete_memories; the index is
+    # (tenant, memory_id) since 0022).
+    postings = plan(dsn, "DELETE FROM memoria.memory_terms WHERE tenant = %s AND memory_id = %s", ("acme", 1))
+    assert "Index Scan using memory_terms_general_tenant_memory_id_idx" in postings, postings
     edges = plan(dsn, "SELECT 1 FROM memoria.entity_edges WHERE dst_id = %s", (1,))
     assert "entity_edges_dst" in edges, edges
 
