@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from ..config import Config
 from ..core.types import VALID_NOW, CandidateRecord, SourceHit, Validity
 from ..db import load_sql, schema_current, vector_of
 from ..db.database import nearest_readable, register_clamped_times
@@ -19,7 +20,7 @@ from .shards import ALL
 from .workers import WorkerRegistry
 from .workers.base import Statement, shard_sql
 
-BM25_DEFAULTS = (1.2, 0.75)  # BM25's k1 and b, as Config's bm25_k1 and bm25_b
+BM25_DEFAULTS = (Config.bm25_k1, Config.bm25_b)  # BM25's k1 and b by default
 
 # How v3_statement makes V3's statement of sql/v3_search.sql and sql/final_candidates.sql: the vector
 # worker's exact form replaces the template's marker line (a tenant above the exact bound is searched by
@@ -131,8 +132,8 @@ def final_cte_params(
     score direction as the registry declares them (`weights` overrides the declared ones), and the
     registry's per-query weight shift (ConfidenceShift). `scored`: fused_scores(hits), if the caller
     has it. `fetch`: read only the first that many rows, those of `prefer_type` first (None: all).
-    `terms`: the BM25 worker's terms, for the registry's lexical feedback (LexicalFeedback), given
-    only where that worker completed; `bm25`: its k1 and b."""
+    `terms`: the BM25 worker's terms, for the registry's lexical feedback (LexicalFeedback), given only
+    where the BM25 and vector workers completed (pipeline.feedback_terms); `bm25`: BM25's k1 and b."""
     weights = dict(registry.weights(method) if weights is None else weights)
     if scored is None:
         scored = fused_scores(hits, registry)
