@@ -594,7 +594,7 @@ class QueryPipeline:
         `embeddings` the candidates carry no vectors (a retrieval-only query: only ranking reads them);
         with `fetch`, only the rows that can be among the first `fetch` after the type filter
         (`prefer_type`) are read (build_candidates); `terms`: the BM25 worker's, for the lexical
-        feedback (given where that worker completed: feedback_terms)."""
+        feedback (given where it and the vector worker completed: feedback_terms)."""
         t0 = time.perf_counter()
         with self.read_db.transaction(tenant, generic_plans=True, implicit=True, background_end=True) as conn:
             candidates = build_candidates(
