@@ -40,6 +40,7 @@ from fusion_lab import (
     main_metric,
     minmax_norm,
     order,
+    print_loso,
     source_run,
     write_json,
 )
@@ -205,10 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         check(replays)
     if args.loso:
-        result = loso(replays, Path(args.loso))
-        for name, row in result["sets"].items():
-            print(name, {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
-        print("final", result["final_params"])
+        print_loso(loso(replays, Path(args.loso)))
     return 0
 
 

@@ -365,6 +365,13 @@ def loso(labs: Sequence[LabSet], out: Path | None = None) -> dict[str, Any]:
     return result
 
 
+def print_loso(result: Mapping[str, Any]) -> None:
+    """A lab's leave-one-set-out table, a set a line, then the final parameters."""
+    for name, row in result["sets"].items():
+        print(name, {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
+    print("final", result["final_params"])
+
+
 def write_json(path: Path, data: Mapping[str, Any]) -> None:
     """A lab's leave-one-set-out table, where memoria-pg eval reads it (evals/report.py)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -382,10 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         check(labs)
     if args.loso:
-        result = loso(labs, Path(args.loso))
-        for name, row in result["sets"].items():
-            print(name, {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
-        print("final", result["final_params"])
+        print_loso(loso(labs, Path(args.loso)))
     return 0
 
 
