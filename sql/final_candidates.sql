@@ -88,9 +88,6 @@ WITH hits AS (
     FROM lists l
 ), merged AS (
     SELECT n.memory_id, n.memory_type,
-           array_agg(n.source ORDER BY n.source) AS sources,  -- and each source's raw score and rank, in that order
-           array_agg(n.score ORDER BY n.source) AS scores,
-           array_agg(n.rank ORDER BY n.source) AS ranks,
            sum(CASE WHEN %(method)s::text = 'rrf'
                     THEN CASE WHEN n.rank <= %(depth)s THEN n.weight / (%(rrf_k)s + n.rank) ELSE 0 END
                     ELSE n.weight * n.norm END) AS retrieval_score,
@@ -121,13 +118,17 @@ WITH hits AS (
     FROM unnest(%(feedback_query)s::text[]) AS q(term)
     WHERE EXISTS (SELECT 1 FROM head)
     GROUP BY q.term
-), seed_terms AS (  -- the seeds' other terms that another candidate of the head holds too, each
-                    -- weighted by its share of each seed's text, summed over the first %(feedback_seeds)s
-    SELECT ht.term, sum(ht.tf::float8 / greatest(ht.doc_len, 1)) FILTER (WHERE ht.pos <= %(feedback_seeds)s) AS share
+), seed_vocab AS (  -- the first %(feedback_seeds)s candidates' terms but the query's, each weighted by its
+                    -- share of each seed's text, summed, with how many of the seeds hold it
+    SELECT ht.term, sum(ht.tf::float8 / greatest(ht.doc_len, 1)) AS share, count(*) AS seeds
     FROM head_terms ht
-    WHERE NOT EXISTS (SELECT 1 FROM query_terms q WHERE q.term = ht.term)
+    WHERE ht.pos <= %(feedback_seeds)s AND NOT EXISTS (SELECT 1 FROM query_terms q WHERE q.term = ht.term)
     GROUP BY ht.term
-    HAVING count(*) FILTER (WHERE ht.pos <= %(feedback_seeds)s) > 0 AND count(*) >= 2
+), seed_terms AS (  -- those another candidate of the head holds too: another seed, or one of the others
+                    -- (grouping the seeds' terms only, not the whole head's, is most of this CTE's saving)
+    SELECT v.term, v.share
+    FROM seed_vocab v
+    WHERE v.seeds >= 2 OR EXISTS (SELECT 1 FROM head_terms o WHERE o.pos > %(feedback_seeds)s AND o.term = v.term)
 ), corpus AS (  -- the tenant's documents and their mean length, over every memory type
     SELECT sum(d.n_docs)::float8 AS n, sum(d.sum_len)::float8 / nullif(sum(d.n_docs), 0) AS avgdl
     FROM memoria.bm25_docs d
