@@ -222,6 +222,8 @@ def leave_one_out(
 ) -> dict[str, tuple[dict[str, Any], float]]:
     """{held-out set: (parameters chosen on the others, the held-out set's metric with them)};
     under "all", the parameters chosen on every set."""
+    if len(labs) < 2:
+        raise ValueError("leave-one-set-out needs at least two sets")
     floors = {lab.name: {"single": best_single(lab), "before": main_metric(lab, engine_run(lab))} for lab in labs}
     names = [lab.name for lab in labs]
     out = {}
@@ -385,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--loso", default=None, help="write the leave-one-set-out table here (JSON)")
     args = parser.parse_args(argv)
+    if args.loso and len(args.sets.split(",")) < 2:
+        parser.error("--loso holds one set out and tunes on the others: give --sets at least two")
     labs = [load(n, Path(args.data)) for n in args.sets.split(",")]
     if args.check:
         check(labs)
