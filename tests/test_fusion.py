@@ -123,3 +123,11 @@ def test_the_lab_computes_the_fusion_the_sql_does(system, four):
             {"vector": wv, "bm25": wb},
         )
         assert fused(system, hits) == pytest.approx(lab)
+
+
+def test_leave_one_set_out_needs_two_sets() -> None:
+    """Holding the only set out leaves nothing to tune on: a clear refusal, not a division by zero."""
+    with pytest.raises(ValueError, match="at least two sets"):
+        fusion_lab.leave_one_out([], [])
+    with pytest.raises(SystemExit):
+        fusion_lab.main(["--data", "/nonexistent", "--sets", "locomo", "--loso", "/tmp/never-written.json"])
