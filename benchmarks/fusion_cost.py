@@ -1,14 +1,16 @@
 """The final CTE's cost with and without the per-query weight shift or the lexical feedback (issue
-#14), on the same hits.
+#14), or against a changed copy of its SQL, on the same hits.
 
     python benchmarks/fusion_cost.py --dsn postgresql://postgres@127.0.0.1:55432/memoria_scale_100000 \
-        [--compare shift|feedback]
+        [--compare shift|feedback] [--compare variant --variant my_final_candidates.sql]
 
 Takes `--queries` queries (the first words of random memories of each tenant of a database built by
 benchmarks/scale.py), runs each once through the V4 path to get its workers' hits, then times the
 final CTE alone (build_candidates, on its generic plan, with the arguments the pipeline gave it) on
 those hits, alternating the default registry and NO_SHIFT (the declared weights) or NO_FEEDBACK (no
-lexical feedback), `--rounds` times each.
+lexical feedback), or the shipped sql/final_candidates.sql and the `--variant` file, `--rounds` times
+each. `queries_whose_candidates_differ` counts the queries whose candidates (ids and fused scores to
+1e-9) are not the same in the two forms' first round: 0 for a variant meant to change only the cost.
 The database is migrated to head first: give it a copy (CREATE DATABASE ... TEMPLATE ...) of a shared one.
 Figures of 2026-12-01 (a copy of memoria_scale_100000): results/fusion/final_cte_cost_100k.json.
 """
@@ -16,10 +18,12 @@ Figures of 2026-12-01 (a copy of memoria_scale_100000): results/fusion/final_cte
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,7 @@ import psycopg
 
 from memoria_pg import Config, MemorySystem
 from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.query import candidates as candidates_module
 from memoria_pg.query import pipeline as pipeline_module
 from memoria_pg.query.candidates import build_candidates
 from memoria_pg.query.workers import DEFAULT_WORKERS
@@ -58,20 +63,41 @@ def captured_hits(system: MemorySystem, tenants: list[str], per_tenant: int, lea
     return seen
 
 
-def time_final_cte(seen: Seen, system: MemorySystem, rounds: int, compare: str) -> dict[str, Any]:
+@contextlib.contextmanager
+def final_sql(text: str | None) -> Iterator[None]:
+    """build_candidates reads `text` as sql/final_candidates.sql (None: the shipped file)."""
+    original = candidates_module.load_sql
+    if text is not None:
+        candidates_module.load_sql = lambda name: text if name == "final_candidates" else original(name)  # type: ignore[assignment]
+    candidates_module._top_text.cache_clear()
+    try:
+        yield
+    finally:
+        candidates_module.load_sql = original  # type: ignore[assignment]
+        candidates_module._top_text.cache_clear()
+
+
+def time_final_cte(
+    seen: Seen, system: MemorySystem, rounds: int, compare: str, variant: str | None = None
+) -> dict[str, Any]:
     registries = {
         "shift": {"shift": DEFAULT_WORKERS, "declared": DEFAULT_WORKERS.with_shift(NO_SHIFT)},
         "feedback": {"feedback": DEFAULT_WORKERS, "without": DEFAULT_WORKERS.with_feedback(NO_FEEDBACK)},
+        "variant": {"variant": DEFAULT_WORKERS, "shipped": DEFAULT_WORKERS},
     }[compare]
+    texts = {"variant": variant}
     times: dict[str, list[float]] = {name: [] for name in registries}
+    rows: dict[str, list[list[tuple[int, float]]]] = {name: [] for name in registries}
     for r in range(rounds):
         for i, (tenant, hits, kwargs) in enumerate(seen):
             names = list(registries) if (i + r) % 2 == 0 else list(registries)[::-1]
             for name in names:
-                with system.db.transaction(tenant, generic_plans=True) as conn:
+                with final_sql(texts.get(name)), system.db.transaction(tenant, generic_plans=True) as conn:
                     t0 = time.perf_counter()
-                    build_candidates(conn, hits, registries[name], **kwargs)
+                    found = build_candidates(conn, hits, registries[name], **kwargs)
                     times[name].append((time.perf_counter() - t0) * 1000)
+                if r == 0:
+                    rows[name].append([(c.memory_id, round(c.retrieval_score, 9)) for c in found])
     out: dict[str, Any] = {"queries": len(seen), "rounds": rounds}
     for name, values in times.items():
         ordered = sorted(values)
@@ -79,6 +105,7 @@ def time_final_cte(seen: Seen, system: MemorySystem, rounds: int, compare: str) 
     out["mean_hits"] = statistics.fmean(sum(len(v) for v in hits.values()) for _, hits, _ in seen)
     first, second = registries
     out["median_ratio"] = statistics.median(a / b for a, b in zip(times[first], times[second], strict=True))
+    out["queries_whose_candidates_differ"] = sum(a != b for a, b in zip(rows[first], rows[second], strict=True))
     return out
 
 
@@ -87,15 +114,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dsn", required=True, help="a database built by benchmarks/scale.py")
     parser.add_argument("--queries", type=int, default=10, help="per tenant")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--compare", choices=("shift", "feedback"), default="shift")
+    parser.add_argument("--compare", choices=("shift", "feedback", "variant"), default="shift")
+    parser.add_argument(
+        "--variant",
+        default=None,
+        help="with --compare variant: a changed copy of sql/final_candidates.sql to time against it",
+    )
     parser.add_argument("--lean", action="store_true", help="the hits of queries without the candidate list")
     parser.add_argument("--out", default=None, help="write the figures here (JSON)")
     args = parser.parse_args(argv)
+    if (args.compare == "variant") != (args.variant is not None):
+        parser.error("--compare variant and --variant FILE go together")
+    variant = Path(args.variant).read_text(encoding="utf-8") if args.variant else None
     with MemorySystem(Config(dsn=args.dsn), embedder=HashEmbedder(), auto_migrate=True) as system:
         with psycopg.connect(args.dsn) as conn:
             tenants = [r[0] for r in conn.execute("SELECT DISTINCT tenant FROM memoria.memories ORDER BY 1")]
         seen = captured_hits(system, tenants, args.queries, args.lean)
-        result = {**time_final_cte(seen, system, args.rounds, args.compare), "compare": args.compare, "lean": args.lean}
+        result = {
+            **time_final_cte(seen, system, args.rounds, args.compare, variant),
+            "compare": args.compare,
+            "lean": args.lean,
+        }
     print(json.dumps(result, indent=2))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
