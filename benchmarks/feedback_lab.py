@@ -89,13 +89,16 @@ def feedback(
     tenant: Tenant, head: Sequence[int], query: Sequence[str], p: LexicalFeedback, shared: bool = True
 ) -> dict[int, float]:
     """sql/final_candidates.sql's feedback, from `head` (the first `depth` candidates with a fused
-    score, in fused order): each one's normalized score (best 1, last 1/n), for those above 0.
+    score, in fused order): each one's normalized score (best 1, last 1/n), for those above 0. A memory
+    longer than `p.max_length` tokens takes no part (the SQL reads no further than that).
     `shared` (the engine's rule): only a seed term that another memory of the head holds too may
     join the query; without it (the lab's other form) any seed term may."""
     qtf = {t: c * p.repeat for t, c in Counter(query).items()}
+    seeds = [m for m in head[: p.seeds] if tenant.length[m] <= p.max_length]  # a long one's place stays empty
+    head = [m for m in head if tenant.length[m] <= p.max_length]
     holders = Counter(t for m in head for t in tenant.terms[m])
     share: Counter[str] = Counter()
-    for m in head[: p.seeds]:
+    for m in seeds:
         for t, tf in tenant.terms[m].items():
             if t not in qtf and (holders[t] >= 2 or not shared):
                 share[t] += tf / max(tenant.length[m], 1)
@@ -112,6 +115,8 @@ def feedback(
                 s += q * idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / tenant.avgdl))
         if s > 0:
             scores[m] = s
+    if not scores:
+        return {}
     ranked = sorted(scores, key=lambda m: -scores[m])
     return dict(zip(ranked, minmax_norm([scores[m] for m in ranked], False), strict=True))
 

@@ -31,7 +31,10 @@
 -- most (their share of each seed's text, summed, times their IDF) join the BM25 worker's terms
 -- (%(feedback_query)s, each counted %(feedback_repeat)s times); the first %(feedback_depth)s candidates
 -- with a fused score get the BM25 of those terms (k1 %(k1)s, b %(b)s, the tenant's statistics over
--- every memory type), normalized as a source's list and added with %(feedback_weight)s.
+-- every memory type), normalized as a source's list and added with %(feedback_weight)s. A memory
+-- longer than %(feedback_max_length)s tokens takes no part (no term lent, no score; a seed's place
+-- stays empty), and no more of its postings than that are read: a head of long documents costs what
+-- a head of memories of that length does.
 -- Why: the words of a question often miss those of the memory that answers it (a multi-hop
 -- question, a paraphrase, a turn that says "it" for what the question names), while the memories
 -- ranked first share them: pseudo-relevance feedback (RM3) is the classic remedy. A second retrieval
@@ -107,12 +110,13 @@ WITH hits AS (
 ), head_terms AS MATERIALIZED (  -- every term of each, from its own shard (memory_terms_memory)
     SELECT h.memory_id, h.pos, t.term, t.tf, t.doc_len
     FROM head h
-    CROSS JOIN LATERAL (  -- a probe per memory; OFFSET 0 keeps the planner from making it a join
+    CROSS JOIN LATERAL (  -- a probe per memory; the LIMIT also keeps the planner from making it a join
         SELECT mt.term, mt.tf, mt.doc_len FROM memoria.memory_terms mt  -- that reads the tenant's every
         WHERE mt.tenant = current_setting('memoria.tenant') AND mt.memory_id = h.memory_id  -- posting
           AND mt.memory_type = h.memory_type                          -- (its plan before any ANALYZE)
-        OFFSET 0
+        LIMIT %(feedback_max_length)s::bigint  -- a memory of at most that many tokens has no more terms
     ) t
+    WHERE t.doc_len <= %(feedback_max_length)s  -- a longer one takes no part, read no further than that
 ), query_terms AS (  -- the BM25 worker's terms, each counted %(feedback_repeat)s times
     SELECT q.term, count(*) * %(feedback_repeat)s::float8 AS qtf
     FROM unnest(%(feedback_query)s::text[]) AS q(term)

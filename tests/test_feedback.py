@@ -81,7 +81,12 @@ def lab_scores(ids: list[int], hits, p: LexicalFeedback) -> dict[int, float]:
 
 
 @pytest.mark.parametrize(
-    "params", [DEFAULT_FEEDBACK, LexicalFeedback(weight=0.5, seeds=2, expansion=4, depth=5, repeat=1)]
+    "params",
+    [
+        DEFAULT_FEEDBACK,
+        LexicalFeedback(weight=0.5, seeds=2, expansion=4, depth=5, repeat=1),
+        LexicalFeedback(max_length=6),  # half the memories, two of the three seeds among them, take no part
+    ],
 )
 def test_the_lab_computes_the_feedback_the_sql_does(system, stored, params):
     """benchmarks/feedback_lab.py chose the five numbers by replaying captured lists: its replay must
@@ -203,6 +208,49 @@ def test_the_feedback_reads_only_its_candidates_postings_before_any_analyze(syst
     bound = DEFAULT_FEEDBACK.depth * 21  # each candidate's postings: 20 words and its item number at most
     assert head_terms["Actual Rows"] > 0
     assert all(n["Actual Rows"] * n["Actual Loops"] <= bound for n in nodes(head_terms)), json.dumps(head_terms)
+
+
+def test_a_memory_longer_than_the_bound_takes_no_part_and_is_not_read_through(system):
+    """A head of long documents must cost what a head of short memories does: a memory longer than
+    max_length tokens lends no term and gets no score, and no more than max_length of its postings
+    are read (a 5,000-word memory has about 2,300)."""
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(3000)]
+    long = [" ".join(rng.choice(words, size=400, replace=False)) + " orchard" for _ in range(4)]
+    short = [f"orchard harvest {w} cider {words[i]}" for i, w in enumerate(rng.choice(words, size=12))]
+    texts = long + short
+    vecs = rng.normal(size=(len(texts), 384)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ids = system.store_many([{"content": t, "tenant": "t", "embedding": v} for t, v in zip(texts, vecs)]).ids
+
+    def hit(k: int, source: str, rank: int, score: float) -> SourceHit:
+        return SourceHit(memory_id=ids[k], source=source, rank=rank, score=score, memory_type="general")
+
+    order = list(range(len(texts)))  # the long ones first in both lists
+    hits = {
+        "vector": [hit(k, "vector", r + 1, 0.3 + 0.02 * r) for r, k in enumerate(order)],
+        "bm25": [hit(k, "bm25", r + 1, 9.0 - 0.3 * r) for r, k in enumerate(order)],
+    }
+    terms = ["orchard", "harvest"]
+    bound = 50
+    registry = DEFAULT_WORKERS.with_feedback(LexicalFeedback(max_length=bound))
+    got = found(system, hits, registry, terms)
+    assert all("feedback" not in got[ids[k]].scores for k in range(len(long)))
+    assert any("feedback" in got[ids[k]].scores for k in range(len(long), len(texts)))
+    params = final_cte_params(hits, registry, cap=200, rrf_k=60, depth=20, terms=terms)
+    with system.db.transaction("t") as conn:
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + load_sql("final_candidates"), params).fetchone()[0][0]
+
+    def nodes(node):
+        yield node
+        for child in node.get("Plans", []):
+            yield from nodes(child)
+
+    head_terms = next(n for n in nodes(plan["Plan"]) if n.get("Subplan Name") == "CTE head_terms")
+    scans = [n for n in nodes(head_terms) if n.get("Relation Name", "").startswith("memory_terms")]
+    assert scans and all(n["Actual Rows"] <= bound for n in scans), json.dumps(head_terms)  # rows per loop
+    read = sum(n["Actual Rows"] * n["Actual Loops"] for n in scans)
+    assert read <= len(long) * bound + len(short) * 6, json.dumps(head_terms)
 
 
 def test_the_configuration_turns_it_off(config, stored):

@@ -61,18 +61,24 @@ class LexicalFeedback:
     (the query's own left out), the `expansion` that weigh most (their share of each seed's text
     times their IDF) join the query's terms (counted `repeat` times); the first `depth` candidates
     with a fused score get the BM25 of those terms, normalized like a source's list and added with
-    `weight`. It reads the terms of `depth` memories, whatever the tenant's size. Only for score
-    fusion, and only where the BM25 and vector workers completed (pipeline.feedback_terms); `weight`
-    0 turns it off.
+    `weight`. It reads the terms of `depth` memories, whatever the tenant's size. A memory longer than
+    `max_length` indexed tokens (its BM25 length) takes no part (it lends no term and gets no score;
+    a seed's place stays empty), and no more of its postings than that are read, so that a head of
+    long documents costs what a head of `max_length`-token memories does (a 5,000-word memory has
+    about 2,300 postings: a head of them took the final CTE from 3 to 47 ms). Only for score fusion,
+    and only where the BM25 and vector workers completed (pipeline.feedback_terms); `weight` 0 turns
+    it off.
 
     The five numbers were chosen by leave-one-set-out over the five dev sets with
-    benchmarks/feedback_lab.py (README, "Fusion")."""
+    benchmarks/feedback_lab.py (README, "Fusion"). `max_length` is a cost guard: at 1,024 no dev set
+    changes (at 512 LongMemEval, whose sessions run to 4,120 tokens, loses 0.027)."""
 
     weight: float = 0.3
     seeds: int = 3
     expansion: int = 10
     depth: int = 20
     repeat: int = 2
+    max_length: int = 1024
 
     def params(self, method: str, terms: Sequence[str]) -> dict[str, Any]:
         on = method == "score" and self.weight > 0 and bool(terms)
@@ -83,6 +89,7 @@ class LexicalFeedback:
             "feedback_expansion": self.expansion,
             "feedback_depth": self.depth,
             "feedback_repeat": self.repeat,
+            "feedback_max_length": self.max_length,
         }
 
 
