@@ -29,7 +29,7 @@
 -- terms of the first %(feedback_seeds)s candidates of the fused order that another of the first
 -- %(feedback_depth)s holds too (the query's own terms left out), the %(feedback_expansion)s that weigh
 -- most (their share of each seed's text, summed, times their IDF) join the BM25 worker's terms
--- (%(feedback_query)s, each counted %(feedback_repeat)s times); the first %(feedback_depth)s candidates
+-- (feedback_query, each counted %(feedback_repeat)s times); the first %(feedback_depth)s candidates
 -- with a fused score get the BM25 of those terms (k1 %(k1)s, b %(b)s, the tenant's statistics over
 -- every memory type), normalized as a source's list and added with %(feedback_weight)s. A memory
 -- longer than %(feedback_max_length)s tokens takes no part (no term lent, no score; a seed's place

@@ -10,12 +10,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import psycopg
 import pytest
 
 from memoria_pg import indexed_tokens, normalize, tokenize
 from memoria_pg.core.types import ProcessedQuery, SourceHit
 from memoria_pg.db import load_sql
-from memoria_pg.query.candidates import build_candidates, final_cte_params
+from memoria_pg.db.native import native
+from memoria_pg.query.candidates import build_candidates, candidate_statement, final_cte_params, v3_statement
 from memoria_pg.query.pipeline import feedback_terms
 from memoria_pg.query.workers import DEFAULT_WORKERS
 from memoria_pg.query.workers.registry import DEFAULT_FEEDBACK, NO_FEEDBACK, LexicalFeedback
@@ -251,6 +253,35 @@ def test_a_memory_longer_than_the_bound_takes_no_part_and_is_not_read_through(sy
     assert scans and all(n["Actual Rows"] <= bound for n in scans), json.dumps(head_terms)  # rows per loop
     read = sum(n["Actual Rows"] * n["Actual Loops"] for n in scans)
     assert read <= len(long) * bound + len(short) * 6, json.dumps(head_terms)
+
+
+def test_a_statement_the_feedback_does_not_run_for_carries_none_of_it(system, stored):
+    """V3, RRF and a V4 query without the feedback run the final CTE cut of the feedback's CTEs (whose
+    plan nodes, set up at every execution for no row, cost a V3 query 12% at LoCoMo size), with the
+    rows the whole file gives."""
+    hits, terms = hits_for(stored), tokenize(normalize(QUERY))
+    off = DEFAULT_WORKERS.with_feedback(NO_FEEDBACK)
+    text, params = candidate_statement(hits, off, cap=200, rrf_k=60, depth=20, terms=terms)
+    assert "head_terms" not in text and "feedback_norm AS (" in text
+    assert "head_terms" in candidate_statement(hits, DEFAULT_WORKERS, cap=200, rrf_k=60, depth=20, terms=terms)[0]
+    for method, registry, given in (("rrf", DEFAULT_WORKERS, terms), ("score", DEFAULT_WORKERS, ())):
+        cut = candidate_statement(hits, registry, cap=200, rrf_k=60, depth=20, method=method, terms=given)[0]
+        assert "head_terms" not in cut, method
+    v3 = v3_statement(
+        np.zeros(384, dtype=np.float32), DEFAULT_WORKERS, limit=5, exact_max_rows=7, cap=200, rrf_k=60, depth=20
+    )
+    assert "head_terms" not in v3[0] and "declared AS (" in v3[0]
+    with system.db.transaction("t") as conn:  # both forms as build_candidates sends them (db/native.py)
+        whole, cut = (native(t, "test") for t in (load_sql("final_candidates"), text))
+        rows = psycopg.RawCursor(conn).execute(whole.text, whole.args(params)).fetchall()
+        assert psycopg.RawCursor(conn).execute(cut.text, cut.args(params)).fetchall() == rows
+        whole = rows
+    assert [c.memory_id for c in build_candidates_rows(system, hits, off, terms)] == [r[0] for r in whole]
+
+
+def build_candidates_rows(system, hits, registry, terms):
+    with system.db.transaction("t") as conn:
+        return build_candidates(conn, hits, registry, cap=200, rrf_k=60, depth=20, terms=terms, embeddings=False)
 
 
 def test_the_configuration_turns_it_off(config, stored):

@@ -43,6 +43,16 @@ _V3_EDITS = (
         "\n) m\nJOIN hits vh ON vh.memory_id = m.id  -- V3's hits: one per memory\n",
     ),
 )
+# The final CTE without the lexical feedback's CTEs (`head` to `feedback_norm`, which becomes an empty
+# list): the statement of V3, and of every V4 query the feedback does not run for (LexicalFeedback.params
+# gives it weight 0: RRF, a weight of 0, no BM25 terms). The whole file's plan would still carry them
+# although no row reaches them: the probe's Append over every shard, the IDF scan and the CTEs between,
+# each set up and shut down at every execution: 0.27 ms of a 2.4 ms V3 query at LoCoMo size (12%).
+_FEEDBACK_CTES = ("), head AS (", "), rescored AS (")
+_NO_FEEDBACK = (
+    "), feedback_norm AS (  -- no lexical feedback for this statement: no rows\n"
+    "    SELECT NULL::bigint AS memory_id, NULL::float8 AS norm WHERE false\n"
+)
 _HIT_ARRAYS = ("ids", "types", "sources", "ranks", "scores")  # the hits' parameters: V3 has none
 # How the final CTE reads only its first %(fetch)s rows (build_candidates' `fetch`): the preferred type's
 # first, each row with the number of candidates and of those of that type (_order_holds reads them),
@@ -225,7 +235,7 @@ def candidate_statement(
         hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity, embeddings=embeddings,
         fetch=fetch, prefer_type=prefer_type, terms=terms, bm25=bm25,
     )  # fmt: skip
-    return load_sql("final_candidates"), params
+    return _final_text(feedback=params["feedback_weight"] > 0), params
 
 
 class Candidates(list[CandidateRecord]):
@@ -274,11 +284,12 @@ def build_candidates(
     # Binary results: 200 embeddings arrive as raw float32 instead of 76,800 numbers printed and
     # parsed back (the text parse was most of this statement's time). Same values: the SQL sends
     # `importance` as text, because a binary real is its float32 value, not the decimal it prints.
-    statement = native(load_sql("final_candidates"), "sql/final_candidates.sql")
+    feedback = params["feedback_weight"] > 0
+    statement = native(_final_text(feedback), "sql/final_candidates.sql")
     if fetch is None:
         rows = _fetch(conn, statement, params)
     else:
-        rows = _fetch(conn, native(_top_text(), "sql/final_candidates.sql (first rows)"), params)
+        rows = _fetch(conn, native(_top_text(feedback), "sql/final_candidates.sql (first rows)"), params)
         if not (_first_rows_complete(rows, fetch) and _order_holds(rows, prefer_type)):
             rows = _fetch(conn, statement, params)
     names = registry.score_names()
@@ -288,9 +299,22 @@ def build_candidates(
 
 
 @functools.cache
-def _top_text() -> str:
-    """sql/final_candidates.sql with _TOP_EDITS: its first %(fetch)s rows, with the counts."""
+def _final_text(feedback: bool = True) -> str:
+    """sql/final_candidates.sql, or without its lexical feedback (`feedback` false: _NO_FEEDBACK)."""
     text = load_sql("final_candidates")
+    if feedback:
+        return text
+    start, end = (text.find(marker) for marker in _FEEDBACK_CTES)
+    if any(text.count(marker) != 1 for marker in _FEEDBACK_CTES) or end < start:
+        raise RuntimeError(f"sql/final_candidates.sql lost a line the form without feedback cuts at: {_FEEDBACK_CTES}")
+    return text[:start] + _NO_FEEDBACK + text[end:]
+
+
+@functools.cache
+def _top_text(feedback: bool = True) -> str:
+    """sql/final_candidates.sql (or its form without the feedback) with _TOP_EDITS: its first %(fetch)s
+    rows, with the counts."""
+    text = _final_text(feedback)
     for old, new in _TOP_EDITS:
         if text.count(old) != 1:
             raise RuntimeError(f"sql/final_candidates.sql lost the line build_candidates edits: {old!r}")
@@ -372,8 +396,9 @@ def v3_statement(
 @functools.cache
 def _v3_text(top: bool = False) -> str:
     """sql/v3_search.sql with the vector worker's exact statement in place, then final_candidates.sql
-    after its hits CTE, with _V3_EDITS (and with `top`, _TOP_EDITS: the first `fetch` rows)."""
-    text, final = load_sql("v3_search"), _top_text() if top else load_sql("final_candidates")
+    (without the feedback, which V3 never runs) after its hits CTE, with _V3_EDITS (and with `top`,
+    _TOP_EDITS: the first `fetch` rows)."""
+    text, final = load_sql("v3_search"), _top_text(feedback=False) if top else _final_text(feedback=False)
     _, sep, rest = final.partition(_HITS_END)
     if not sep or _HITS_END in rest:
         raise RuntimeError("sql/final_candidates.sql lost the line v3_statement splits it at")
