@@ -69,12 +69,18 @@ def final_sql(text: str | None) -> Iterator[None]:
     original = candidates_module.load_sql
     if text is not None:
         candidates_module.load_sql = lambda name: text if name == "final_candidates" else original(name)  # type: ignore[assignment]
-    candidates_module._top_text.cache_clear()
+    _forget_texts()
     try:
         yield
     finally:
         candidates_module.load_sql = original  # type: ignore[assignment]
-        candidates_module._top_text.cache_clear()
+        _forget_texts()
+
+
+def _forget_texts() -> None:
+    """The statement texts candidates.py made from the SQL file and keeps."""
+    for made in (candidates_module._final_text, candidates_module._top_text, candidates_module._v3_text):
+        made.cache_clear()
 
 
 def time_final_cte(

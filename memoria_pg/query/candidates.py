@@ -284,8 +284,7 @@ def build_candidates(
     # Binary results: 200 embeddings arrive as raw float32 instead of 76,800 numbers printed and
     # parsed back (the text parse was most of this statement's time). Same values: the SQL sends
     # `importance` as text, because a binary real is its float32 value, not the decimal it prints.
-    feedback = params["feedback_weight"] > 0
-    statement = native(_final_text(feedback), "sql/final_candidates.sql")
+    statement = native(_final_text(feedback := params["feedback_weight"] > 0), "sql/final_candidates.sql")
     if fetch is None:
         rows = _fetch(conn, statement, params)
     else:
