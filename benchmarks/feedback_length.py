@@ -21,20 +21,18 @@ import datetime as dt
 import json
 import os
 import random
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from fusion_cost import Seen, captured_hits
+from fusion_cost import alternate, captured_hits, percentiles
+from overhead import git_head
+from psycopg import sql
 
 from evals.runner import LOADERS
 from memoria_pg import Config, MemorySystem, indexed_tokens
 from memoria_pg.core.embedding import HashEmbedder
-from memoria_pg.query.candidates import build_candidates
 from memoria_pg.query.workers import DEFAULT_WORKERS
 from memoria_pg.query.workers.registry import DEFAULT_FEEDBACK, NO_FEEDBACK, LexicalFeedback
 
@@ -65,20 +63,6 @@ def tenants(data: Path, synthetic_words: int, seed: int) -> dict[str, list[dict[
             for _ in range(PER_TENANT)
         ],
     }
-
-
-def timed(system: MemorySystem, seen: Seen, rounds: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {name: [] for name in FORMS}
-    names = list(FORMS)
-    for r in range(rounds):
-        for i, (tenant, hits, kwargs) in enumerate(seen):
-            k = (i + r) % len(names)
-            for name in names[k:] + names[:k]:
-                with system.db.transaction(tenant, generic_plans=True) as conn:
-                    t0 = time.perf_counter()
-                    build_candidates(conn, hits, FORMS[name], **kwargs)
-                    times[name].append((time.perf_counter() - t0) * 1000)
-    return times
 
 
 def shape(dsn: str, tenant: str) -> dict[str, float]:
@@ -120,15 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--out", default=str(REPO / "results" / "fusion"))
     args = parser.parse_args(argv)
+    name = sql.Identifier(args.db_name)
     with psycopg.connect(args.admin_dsn, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{args.db_name}"')
-        admin.execute(f'CREATE DATABASE "{args.db_name}"')
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(name))
     dsn = psycopg.conninfo.make_conninfo(args.admin_dsn, dbname=args.db_name)
     try:
         result = run(dsn, args)
     finally:
         with psycopg.connect(args.admin_dsn, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{args.db_name}"')
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -142,9 +127,7 @@ def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     load = [os.getloadavg()[0]]
     result: dict[str, Any] = {
         "when": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
-        ).stdout.strip(),
+        "commit": git_head(),
         "queries": args.queries,
         "rounds": args.rounds,
         "max_length": DEFAULT_FEEDBACK.max_length,
@@ -158,14 +141,11 @@ def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
             conn.execute("ANALYZE")
         for tenant in corpus:
             seen = captured_hits(system, [tenant], args.queries, lean=True)
-            times = timed(system, seen, args.rounds)
+            times, _ = alternate(seen, system, args.rounds, FORMS)
             load.append(os.getloadavg()[0])
             result["tenants"][tenant] = {
                 **shape(dsn, tenant),
-                **{
-                    form: {"p50_ms": statistics.median(v), "p95_ms": sorted(v)[int(0.95 * (len(v) - 1))]}
-                    for form, v in times.items()
-                },
+                **{form: percentiles(values) for form, values in times.items()},
             }
     result["load"] = f"{min(load):.1f}-{max(load):.1f}"
     return result

@@ -23,7 +23,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.query import candidates as candidates_module
 from memoria_pg.query import pipeline as pipeline_module
 from memoria_pg.query.candidates import build_candidates
-from memoria_pg.query.workers import DEFAULT_WORKERS
+from memoria_pg.query.workers import DEFAULT_WORKERS, WorkerRegistry
 from memoria_pg.query.workers.registry import NO_FEEDBACK, NO_SHIFT
 
 Seen = list[tuple[str, dict[str, Any], dict[str, Any]]]  # tenant, hits, the pipeline's other arguments
@@ -83,6 +83,40 @@ def _forget_texts() -> None:
         made.cache_clear()
 
 
+Rows = dict[str, list[list[tuple[int, float]]]]  # per form, per query: (id, fused score to 1e-9)
+
+
+def alternate(
+    seen: Seen,
+    system: MemorySystem,
+    rounds: int,
+    registries: Mapping[str, WorkerRegistry],
+    texts: Mapping[str, str | None] | None = None,
+) -> tuple[dict[str, list[float]], Rows]:
+    """build_candidates on each query's hits with each form in turn (a registry, and the SQL text
+    `texts` gives it, else the shipped file), the order rotating per query and round: every form's
+    wall milliseconds, and its candidates in the first round."""
+    names, texts = list(registries), texts or {}
+    times: dict[str, list[float]] = {name: [] for name in names}
+    rows: Rows = {name: [] for name in names}
+    for r in range(rounds):
+        for i, (tenant, hits, kwargs) in enumerate(seen):
+            k = (i + r) % len(names)
+            for name in names[k:] + names[:k]:
+                with final_sql(texts.get(name)), system.db.transaction(tenant, generic_plans=True) as conn:
+                    t0 = time.perf_counter()
+                    found = build_candidates(conn, hits, registries[name], **kwargs)
+                    times[name].append((time.perf_counter() - t0) * 1000)
+                if r == 0:
+                    rows[name].append([(c.memory_id, round(c.retrieval_score, 9)) for c in found])
+    return times, rows
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {"p50_ms": statistics.median(values), "p95_ms": ordered[int(0.95 * (len(ordered) - 1))]}
+
+
 def time_final_cte(
     seen: Seen, system: MemorySystem, rounds: int, compare: str, variant: str | None = None
 ) -> dict[str, Any]:
@@ -91,23 +125,9 @@ def time_final_cte(
         "feedback": {"feedback": DEFAULT_WORKERS, "without": DEFAULT_WORKERS.with_feedback(NO_FEEDBACK)},
         "variant": {"variant": DEFAULT_WORKERS, "shipped": DEFAULT_WORKERS},
     }[compare]
-    texts = {"variant": variant}
-    times: dict[str, list[float]] = {name: [] for name in registries}
-    rows: dict[str, list[list[tuple[int, float]]]] = {name: [] for name in registries}
-    for r in range(rounds):
-        for i, (tenant, hits, kwargs) in enumerate(seen):
-            names = list(registries) if (i + r) % 2 == 0 else list(registries)[::-1]
-            for name in names:
-                with final_sql(texts.get(name)), system.db.transaction(tenant, generic_plans=True) as conn:
-                    t0 = time.perf_counter()
-                    found = build_candidates(conn, hits, registries[name], **kwargs)
-                    times[name].append((time.perf_counter() - t0) * 1000)
-                if r == 0:
-                    rows[name].append([(c.memory_id, round(c.retrieval_score, 9)) for c in found])
+    times, rows = alternate(seen, system, rounds, registries, {"variant": variant})
     out: dict[str, Any] = {"queries": len(seen), "rounds": rounds}
-    for name, values in times.items():
-        ordered = sorted(values)
-        out[name] = {"p50_ms": statistics.median(values), "p95_ms": ordered[int(0.95 * (len(ordered) - 1))]}
+    out.update({name: percentiles(values) for name, values in times.items()})
     out["mean_hits"] = statistics.fmean(sum(len(v) for v in hits.values()) for _, hits, _ in seen)
     first, second = registries
     out["median_ratio"] = statistics.median(a / b for a, b in zip(times[first], times[second], strict=True))
