@@ -41,6 +41,7 @@ from fusion_lab import (
     minmax_norm,
     order,
     print_loso,
+    set_names,
     source_run,
     write_json,
 )
@@ -206,10 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--loso", default=None, help="write the leave-one-set-out table here (JSON)")
     args = parser.parse_args(argv)
-    if args.loso and len(args.sets.split(",")) < 2:
-        parser.error("--loso holds one set out and tunes on the others: give --sets at least two")
+    sets = set_names(parser, args)
     folder = Path(args.captures)
-    replays = [Replay(load(n, Path(args.data), folder), folder) for n in args.sets.split(",")]
+    replays = [Replay(load(n, Path(args.data), folder), folder) for n in sets]
     if args.check:
         check(replays)
     if args.loso:

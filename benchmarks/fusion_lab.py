@@ -380,6 +380,14 @@ def write_json(path: Path, data: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
+def set_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """A lab's --sets; --loso needs two at least (it holds one out and tunes on the others)."""
+    sets = args.sets.split(",")
+    if args.loso and len(sets) < 2:
+        parser.error("--loso holds one set out and tunes on the others: give --sets at least two")
+    return sets
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True)
@@ -387,9 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--loso", default=None, help="write the leave-one-set-out table here (JSON)")
     args = parser.parse_args(argv)
-    if args.loso and len(args.sets.split(",")) < 2:
-        parser.error("--loso holds one set out and tunes on the others: give --sets at least two")
-    labs = [load(n, Path(args.data)) for n in args.sets.split(",")]
+    sets = set_names(parser, args)
+    labs = [load(n, Path(args.data)) for n in sets]
     if args.check:
         check(labs)
     if args.loso:

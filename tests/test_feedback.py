@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -177,6 +178,19 @@ def test_a_caller_who_chooses_one_source_gets_it_alone(system, stored):
         assert out.memories and all("feedback" not in m.scores for m in out.memories)
 
 
+def nodes(node: dict) -> Iterator[dict]:
+    """A plan node (EXPLAIN's JSON) and every node under it."""
+    yield node
+    for child in node.get("Plans", []):
+        yield from nodes(child)
+
+
+def head_terms_plan(conn, params) -> dict:
+    """The final CTE's head_terms node, executed (EXPLAIN ANALYZE) with these parameters."""
+    plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + load_sql("final_candidates"), params).fetchone()[0][0]
+    return next(n for n in nodes(plan["Plan"]) if n.get("Subplan Name") == "CTE head_terms")
+
+
 def test_the_feedback_reads_only_its_candidates_postings_before_any_analyze(system):
     """Right after a load, before autovacuum's first ANALYZE, the planner has no statistics: the
     feedback must still probe each candidate's postings by tenant and id (migration 0022's index,
@@ -199,14 +213,7 @@ def test_the_feedback_reads_only_its_candidates_postings_before_any_analyze(syst
     params = final_cte_params(hits, DEFAULT_WORKERS, cap=200, rrf_k=60, depth=20, terms=texts[0].split()[:4])
     with system.db.transaction("t") as conn:
         conn.execute("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
-        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + load_sql("final_candidates"), params).fetchone()[0][0]
-
-    def nodes(node):
-        yield node
-        for child in node.get("Plans", []):
-            yield from nodes(child)
-
-    head_terms = next(n for n in nodes(plan["Plan"]) if n.get("Subplan Name") == "CTE head_terms")
+        head_terms = head_terms_plan(conn, params)
     bound = DEFAULT_FEEDBACK.depth * 21  # each candidate's postings: 20 words and its item number at most
     assert head_terms["Actual Rows"] > 0
     assert all(n["Actual Rows"] * n["Actual Loops"] <= bound for n in nodes(head_terms)), json.dumps(head_terms)
@@ -241,14 +248,7 @@ def test_a_memory_longer_than_the_bound_takes_no_part_and_is_not_read_through(sy
     assert any("feedback" in got[ids[k]].scores for k in range(len(long), len(texts)))
     params = final_cte_params(hits, registry, cap=200, rrf_k=60, depth=20, terms=terms)
     with system.db.transaction("t") as conn:
-        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + load_sql("final_candidates"), params).fetchone()[0][0]
-
-    def nodes(node):
-        yield node
-        for child in node.get("Plans", []):
-            yield from nodes(child)
-
-    head_terms = next(n for n in nodes(plan["Plan"]) if n.get("Subplan Name") == "CTE head_terms")
+        head_terms = head_terms_plan(conn, params)
     scans = [n for n in nodes(head_terms) if n.get("Relation Name", "").startswith("memory_terms")]
     assert scans and all(n["Actual Rows"] <= bound for n in scans), json.dumps(head_terms)  # rows per loop
     read = sum(n["Actual Rows"] * n["Actual Loops"] for n in scans)
