@@ -3,6 +3,7 @@
 
     python benchmarks/fusion_cost.py --dsn postgresql://postgres@127.0.0.1:55432/memoria_scale_100000 \
         [--compare shift|feedback] [--compare variant --variant my_final_candidates.sql]
+        [--compare revision --rev COMMIT]
 
 Takes `--queries` queries (the first words of random memories of each tenant of a database built by
 benchmarks/scale.py), runs each once through the V4 path to get its workers' hits, then times the
@@ -11,6 +12,11 @@ those hits, alternating the default registry and NO_SHIFT (the declared weights)
 lexical feedback), or the shipped sql/final_candidates.sql and the `--variant` file, `--rounds` times
 each. `queries_whose_candidates_differ` counts the queries whose candidates (ids and fused scores to
 1e-9) are not the same in the two forms' first round: 0 for a variant meant to change only the cost.
+`--compare revision` times the shipped path (build_candidates, as above) against the statement
+sql/final_candidates.sql was at COMMIT (`git show`), executed as it stands on the same hits with
+today's parameters (a statement of then ignores those it does not name), fetched the same way: the
+final CTE's p50 now against then, whatever changed in between (issue #14's "+1 ms" read as the
+final CTE's cost against the statement before its work).
 The database is migrated to head first: give it a copy (CREATE DATABASE ... TEMPLATE ...) of a shared one.
 Figures of 2026-12-01 (a copy of memoria_scale_100000): results/fusion/final_cte_cost_100k.json.
 """
@@ -20,7 +26,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -28,12 +36,14 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from overhead import git_head
 
 from memoria_pg import Config, MemorySystem
 from memoria_pg.core.embedding import HashEmbedder
+from memoria_pg.db.native import native
 from memoria_pg.query import candidates as candidates_module
 from memoria_pg.query import pipeline as pipeline_module
-from memoria_pg.query.candidates import build_candidates
+from memoria_pg.query.candidates import _fetch, build_candidates, final_cte_params
 from memoria_pg.query.workers import DEFAULT_WORKERS, WorkerRegistry
 from memoria_pg.query.workers.registry import NO_FEEDBACK, NO_SHIFT
 
@@ -135,31 +145,67 @@ def time_final_cte(
     return out
 
 
+def time_against_revision(seen: Seen, system: MemorySystem, rounds: int, rev: str) -> dict[str, Any]:
+    """The shipped build_candidates against the raw statement of sql/final_candidates.sql at `rev`,
+    alternating per query and round (which goes first rotates)."""
+    then = subprocess.run(
+        ["git", "show", f"{rev}:sql/final_candidates.sql"], check=True, capture_output=True, text=True
+    ).stdout
+    old = native(then, f"sql/final_candidates.sql at {rev}")
+    times: dict[str, list[float]] = {"now": [], "then": []}
+    for r in range(rounds):
+        for i, (tenant, hits, kwargs) in enumerate(seen):
+            for name in ("now", "then") if (i + r) % 2 == 0 else ("then", "now"):
+                with system.db.transaction(tenant, generic_plans=True) as conn:
+                    t0 = time.perf_counter()
+                    if name == "now":
+                        build_candidates(conn, hits, DEFAULT_WORKERS, **kwargs)
+                    else:
+                        _fetch(conn, old, final_cte_params(hits, DEFAULT_WORKERS, **kwargs))
+                    times[name].append((time.perf_counter() - t0) * 1000)
+    out: dict[str, Any] = {"queries": len(seen), "rounds": rounds, "rev": rev}
+    out.update({name: percentiles(values) for name, values in times.items()})
+    out["median_ratio"] = statistics.median(a / b for a, b in zip(times["now"], times["then"], strict=True))
+    out["p50_difference_ms"] = out["now"]["p50_ms"] - out["then"]["p50_ms"]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", required=True, help="a database built by benchmarks/scale.py")
     parser.add_argument("--queries", type=int, default=10, help="per tenant")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--compare", choices=("shift", "feedback", "variant"), default="shift")
+    parser.add_argument("--compare", choices=("shift", "feedback", "variant", "revision"), default="shift")
     parser.add_argument(
         "--variant",
         default=None,
         help="with --compare variant: a changed copy of sql/final_candidates.sql to time against it",
     )
+    parser.add_argument("--rev", default=None, help="with --compare revision: the commit to time against")
     parser.add_argument("--lean", action="store_true", help="the hits of queries without the candidate list")
     parser.add_argument("--out", default=None, help="write the figures here (JSON)")
     args = parser.parse_args(argv)
     if (args.compare == "variant") != (args.variant is not None):
         parser.error("--compare variant and --variant FILE go together")
+    if (args.compare == "revision") != (args.rev is not None):
+        parser.error("--compare revision and --rev COMMIT go together")
     variant = Path(args.variant).read_text(encoding="utf-8") if args.variant else None
     with MemorySystem(Config(dsn=args.dsn), embedder=HashEmbedder(), auto_migrate=True) as system:
         with psycopg.connect(args.dsn) as conn:
             tenants = [r[0] for r in conn.execute("SELECT DISTINCT tenant FROM memoria.memories ORDER BY 1")]
         seen = captured_hits(system, tenants, args.queries, args.lean)
+        load_before = os.getloadavg()[0]
+        timed = (
+            time_against_revision(seen, system, args.rounds, args.rev)
+            if args.rev
+            else time_final_cte(seen, system, args.rounds, args.compare, variant)
+        )
         result = {
-            **time_final_cte(seen, system, args.rounds, args.compare, variant),
+            **timed,
             "compare": args.compare,
             "lean": args.lean,
+            "commit": git_head(),
+            "load_average": [load_before, os.getloadavg()[0]],
         }
     print(json.dumps(result, indent=2))
     if args.out:
