@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import os
 import statistics
 import subprocess
@@ -82,12 +83,13 @@ def mem0(dsn: str, docs: list, vectors: dict) -> Callable[[], Any]:
     return load
 
 
-def memoria(dsn: str, docs: list, vectors: dict) -> Callable[[], Any]:
+def memoria(dsn: str, docs: list, vectors: dict, **settings: Any) -> Callable[[], Any]:
     from memoria_pg import Config, MemoryRecord, MemorySystem
 
     # The load as measured since the first run: no per-tenant HNSW index built in the background after it
     # (Config.vector_index_auto would build SciFact's one tenant's, about 2 s, beside the next system's load).
-    system = MemorySystem(Config(dsn=dsn, use_age=False, vector_index_auto=False), auto_migrate=True)
+    config = Config(dsn=dsn, use_age=False, vector_index_auto=False, **settings)
+    system = MemorySystem(config, auto_migrate=True)
 
     def load() -> Any:
         system.store_many(
@@ -140,18 +142,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, default=os.environ.get("MEMORIA_EVAL_DATA"))
     p.add_argument("--set", default="scifact", choices=("scifact", "hotpotqa", "msmarco"))
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument(
+        "--first-batch-sizes",
+        default=None,
+        help="memoria-pg only, once per value of Config.ingest_first_batch_size (e.g. 256,0: the ramp against "
+        "full batches from the start), instead of the three systems",
+    )
     args = p.parse_args(argv)
     if args.data is None:
         raise SystemExit("give --data (or MEMORIA_EVAL_DATA): the folder holding the evaluation sets")
     dataset = LOADERS[args.set](args.data, None)
     vectors, _ = embed(dataset, EmbeddingCache(default_cache_dir() / f"{args.set}-all-MiniLM-L6-v2.npz"))
     docs = dataset.documents
-    names = list(SYSTEMS)
+    systems = SYSTEMS
+    if args.first_batch_sizes:
+        systems = {
+            f"memoria-pg store_many, first batch {n}": functools.partial(memoria, ingest_first_batch_size=n)
+            for n in (int(v) for v in args.first_batch_sizes.split(","))
+        }
+    names = list(systems)
     runs: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     for rnd in range(args.rounds):
         order = names if rnd % 2 == 0 else names[::-1]
         for name in order:
-            result = measure(args.dsn, name, SYSTEMS[name], docs, vectors)
+            result = measure(args.dsn, name, systems[name], docs, vectors)
             runs[name].append(result)
             print(f"round {rnd + 1} {name}: {result['rate']:,.0f}/s, client {result['client_ms']:.2f} ms, "
                   f"server {result['server_ms']:.2f} ms per memory, load {result['load']:.1f}", flush=True)  # fmt: skip

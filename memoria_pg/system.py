@@ -26,7 +26,7 @@ from .db import Database, embedded, translating, vector_indexes
 from .db.database import server_errors
 from .db.replicas import ReadRouter, ReplicaSettings
 from .errors import ServerError, SyncRunning
-from .ingest import Ingestor, RecordRules, batched
+from .ingest import Ingestor, RecordRules, ramped
 from .lifecycle import MISSING, Lifecycle
 from .plugins import PluginRegistry
 from .query import QueryPipeline, QueryRequest, QueryResponse
@@ -277,19 +277,25 @@ class MemorySystem:
     ) -> StoreResult:
         """Store records in batches; each batch is all-or-nothing. Embeds records without vectors.
 
+        Batches of `batch_size` records; without it, of `config.ingest_batch_size`, the first ones
+        smaller (`config.ingest_first_batch_size`, doubling), so that writing starts sooner.
+
         `return_ids=False` leaves StoreResult.ids empty (the counts stay): memory then stays flat
         however long the stream. The next batch is validated and embedded while earlier ones are
         written by up to `writers` (default `config.ingest_writers`) pooled connections; see
         Ingestor.store_batches.
         """
-        size = self.config.ingest_batch_size if batch_size is None else validation.count(batch_size, "batch_size")
+        if batch_size is None:  # the first batches smaller: writing starts sooner (ingest_first_batch_size)
+            size, first = self.config.ingest_batch_size, self.config.ingest_first_batch_size
+        else:
+            size = first = validation.count(batch_size, "batch_size")
         writers = self.config.ingest_writers if writers is None else validation.count(writers, "writers")
         # Never more writers than pooled connections: a writer waiting for one could time out.
         writers = min(writers, self.config.pool_max_size)
         tenants: set[str] | None = set() if self.reads.enabled or self.index_keeper is not None else None
         try:
             result = self.ingestor.store_batches(
-                _placed(_noting_tenants(records, tenants, self.config.default_tenant), size, wheres),
+                _placed(_noting_tenants(records, tenants, self.config.default_tenant), size, first, wheres),
                 writers=writers, progress=progress, return_ids=return_ids,
             )  # fmt: skip
         finally:
@@ -522,11 +528,14 @@ def _tenant_of(record: Any, default: str) -> str | None:
     return tenant if isinstance(tenant, str) else None
 
 
-def _placed(records: Records, size: int, wheres: Iterable[str] | None) -> Iterator[tuple[list[Any], list[str]]]:
-    """The records in batches of `size`, each with its records' places ("record 7", or `wheres`)."""
+def _placed(
+    records: Records, size: int, first: int, wheres: Iterable[str] | None
+) -> Iterator[tuple[list[Any], list[str]]]:
+    """The records in batches of `size`, the first ones smaller from `first` (ramped), each with its
+    records' places ("record 7", or `wheres`)."""
     where_iter = iter(wheres) if wheres is not None else None
     done = 0
-    for batch in batched(records, size):
+    for batch in ramped(records, size, first):
         if where_iter is not None:
             places = [next(where_iter) for _ in batch]
         else:

@@ -16,6 +16,7 @@ import pytest
 from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.db import migrate
 from memoria_pg.errors import InputError
+from memoria_pg.ingest import ramped
 from memoria_pg.system import MemorySystem
 
 WORDS = "apple banana cherry damson elder fig grape hazel iris juniper kiwi lemon mango".split()
@@ -119,6 +120,42 @@ def test_ids_follow_the_input_order_and_progress_counts_every_batch(system, dsn)
     with psycopg.connect(dsn) as conn:
         by_content = dict(conn.execute("SELECT content, id FROM memoria.memories").fetchall())
     assert result.ids == [by_content[r["content"]] for r in data]
+
+
+def test_a_call_without_its_own_batch_size_starts_with_small_batches(config, dsn):
+    # ingest_first_batch_size: the writers start on a small batch, the next ones double up to the
+    # batch size; every record is written once, in input order.
+    seen: list[int] = []
+    data = [{"content": f"ramped note {i}", "tenant": "t"} for i in range(50)]
+    cfg = config.replace(ingest_batch_size=16, ingest_first_batch_size=4)
+    with MemorySystem(cfg, embedder=HashEmbedder()) as system:
+        result = system.store_many(data, writers=2, progress=seen.append)
+        assert seen == [4, 8, 16, 16, 6]
+        unramped: list[int] = []
+        system.store_many(data[:40], progress=unramped.append, batch_size=16)  # its own size: every batch full
+        assert unramped == [16, 16, 8]
+    with psycopg.connect(dsn) as conn:
+        by_content = dict(conn.execute("SELECT content, id FROM memoria.memories").fetchall())
+    assert result.ids == [by_content[r["content"]] for r in data]
+    assert len(by_content) == 50
+
+
+@pytest.mark.parametrize(
+    ("n", "size", "first", "sizes"),
+    [
+        (50, 16, 4, [4, 8, 16, 16, 6]),
+        (10, 16, 4, [4, 6]),
+        (50, 16, 0, [16, 16, 16, 2]),  # 0: no ramp
+        (50, 16, 16, [16, 16, 16, 2]),  # as large as the batch: no ramp
+        (50, 16, 40, [16, 16, 16, 2]),
+        (7, 5, 1, [1, 2, 4]),
+        (0, 16, 4, []),
+    ],
+)
+def test_ramped_batches(n, size, first, sizes):
+    batches = list(ramped(range(n), size, first))
+    assert [len(b) for b in batches] == sizes
+    assert [x for b in batches for x in b] == list(range(n))
 
 
 def test_a_bad_record_stops_the_stream_after_the_batches_in_flight(system, dsn):

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 @click.option("--tenant", help="Tenant for records that name none.")
 @click.option("--memory-type", help="Memory type for records that name none.")
 @click.option(
-    "--batch-size", type=click.IntRange(min=1), help="Records per transaction (default MEMORIA_INGEST_BATCH_SIZE)."
+    "--batch-size",
+    type=click.IntRange(min=1),
+    help="Records per transaction (default MEMORIA_INGEST_BATCH_SIZE, the first batches smaller).",
 )
 @click.option(
     "--migrate/--no-migrate", default=None, help="Upgrade the schema first (default: only on the embedded server)."

@@ -6,6 +6,7 @@ import collections
 import concurrent.futures
 import contextlib
 import datetime as dt
+import itertools
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -359,12 +360,11 @@ def _like_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    batch: list[T] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
+def ramped(items: Iterable[T], size: int, first: int = 0) -> Iterator[list[T]]:
+    """`items` in lists of `size`, except that the first holds `first` (when 0 < first < size) and
+    each next one twice the last, until they reach `size`."""
+    step = first if 0 < first < size else size
+    iterator = iter(items)
+    while batch := list(itertools.islice(iterator, step)):
         yield batch
+        step = min(size, 2 * step)
