@@ -131,6 +131,9 @@ def test_a_call_without_its_own_batch_size_starts_with_small_batches(config, dsn
     with MemorySystem(cfg, embedder=HashEmbedder()) as system:
         result = system.store_many(data, writers=2, progress=seen.append)
         assert seen == [4, 8, 16, 16, 6]
+        small: list[int] = []
+        system.store_many(data[:12], progress=small.append)  # fits in one batch: one transaction
+        assert small == [12]
         unramped: list[int] = []
         system.store_many(data[:40], progress=unramped.append, batch_size=16)  # its own size: every batch full
         assert unramped == [16, 16, 8]
@@ -144,7 +147,9 @@ def test_a_call_without_its_own_batch_size_starts_with_small_batches(config, dsn
     ("n", "size", "first", "sizes"),
     [
         (50, 16, 4, [4, 8, 16, 16, 6]),
-        (10, 16, 4, [4, 6]),
+        (17, 16, 4, [4, 8, 5]),
+        (16, 16, 4, [16]),  # a stream that fits in one batch stays one
+        (10, 16, 4, [10]),
         (50, 16, 0, [16, 16, 16, 2]),  # 0: no ramp
         (50, 16, 16, [16, 16, 16, 2]),  # as large as the batch: no ramp
         (50, 16, 40, [16, 16, 16, 2]),
@@ -156,6 +161,22 @@ def test_ramped_batches(n, size, first, sizes):
     batches = list(ramped(range(n), size, first))
     assert [len(b) for b in batches] == sizes
     assert [x for b in batches for x in b] == list(range(n))
+
+
+@pytest.mark.parametrize(("bad", "sizes"), [(16, [16]), (30, [4, 8, 16]), (5, []), (0, [])])
+def test_ramped_batches_before_a_failing_item_come_first(bad, sizes):
+    # what a file reader's bad line does: the batches before it are handed on, then its error
+    def items():
+        for i in range(50):
+            if i == bad:
+                raise ValueError(f"line {i + 1}")
+            yield i
+
+    got = []
+    with pytest.raises(ValueError, match=f"line {bad + 1}"):
+        for batch in ramped(items(), 16, 4):
+            got.append(len(batch))
+    assert got == sizes
 
 
 def test_a_bad_record_stops_the_stream_after_the_batches_in_flight(system, dsn):

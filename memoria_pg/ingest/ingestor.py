@@ -361,10 +361,26 @@ def _like_escape(text: str) -> str:
 
 
 def ramped(items: Iterable[T], size: int, first: int = 0) -> Iterator[list[T]]:
-    """`items` in lists of `size`, except that the first holds `first` (when 0 < first < size) and
-    each next one twice the last, until they reach `size`."""
-    step = first if 0 < first < size else size
+    """`items` in lists of `size`. When `first` is between 0 and `size` and there are more than `size`
+    items, the first list holds `first` and each next one twice the last, until they reach `size`: a
+    stream that fits in one list stays one (one transaction, its fixed costs paid once). To tell, one
+    list's worth is read ahead; if reading the next item raises, the items before it come first, as
+    a list of their own, then the error."""
     iterator = iter(items)
+    if not 0 < first < size:
+        first = size
+    else:
+        head = list(itertools.islice(iterator, size))
+        try:
+            more = list(itertools.islice(iterator, 1))
+        except Exception:
+            if head:
+                yield head
+            raise
+        if not more:
+            first = size
+        iterator = itertools.chain(head, more, iterator)
+    step = first
     while batch := list(itertools.islice(iterator, step)):
         yield batch
         step = min(size, 2 * step)
