@@ -193,10 +193,11 @@ class Config:
     # Records per ingest transaction: each tenant of a batch costs a dozen statements, so larger
     # batches spend less per memory (README: configuration).
     ingest_batch_size: int = 2000
-    # A store_many call's first batch (without its own batch_size) holds this many records, each next
-    # one twice the last, up to ingest_batch_size: the writers start on a small batch while the next
-    # is validated and embedded, instead of waiting for a whole one (README: configuration). 0, or at
-    # least ingest_batch_size: every batch full.
+    # A store_many call (without its own batch_size) of more than ingest_batch_size records writes a
+    # first batch of this many, each next one twice the last, up to ingest_batch_size: the writers
+    # start on a small batch while the next is validated and embedded, instead of waiting for a whole
+    # one (README: configuration); a call that fits in one batch stays one. 0, or at least
+    # ingest_batch_size: every batch full.
     ingest_first_batch_size: int = 256
     ingest_writers: int = 2  # connections writing batches concurrently in store_many (1: one at a time)
     # The statement_timeout of an ingest batch's statements (0: none). Not statement_timeout_ms, the

@@ -277,8 +277,9 @@ class MemorySystem:
     ) -> StoreResult:
         """Store records in batches; each batch is all-or-nothing. Embeds records without vectors.
 
-        Batches of `batch_size` records; without it, of `config.ingest_batch_size`, the first ones
-        smaller (`config.ingest_first_batch_size`, doubling), so that writing starts sooner.
+        Batches of `batch_size` records; without it, of `config.ingest_batch_size`, and in a stream
+        longer than one batch the first ones smaller (`config.ingest_first_batch_size`, doubling), so
+        that writing starts sooner.
 
         `return_ids=False` leaves StoreResult.ids empty (the counts stay): memory then stays flat
         however long the stream. The next batch is validated and embedded while earlier ones are
