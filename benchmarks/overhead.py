@@ -16,8 +16,9 @@ time, so the server's part of the critical path is
 and the overhead is the wall time minus that: the Python pipeline (query processing, routing, the
 scheduler's threads, building the response), the driver, and the round trips. Counting every settings
 statement and the relevance pool as sequential makes the overhead, if anything, smaller than it is.
-The database must hold pg_stat_statements in shared_preload_libraries (scripts/age-server.sh does) and
-the extension (created here if missing). Writes results/scale/<timestamp>-<db>-overhead.{md,json}.
+The server must load pg_stat_statements (for the AGE server: `bash scripts/age-server.sh stop`, then
+`MEMORIA_AGE_STAT_STATEMENTS=1 bash scripts/age-server.sh start`; off by default there, as it adds to every statement other benchmarks
+time); the extension is created here if missing. Writes results/scale/<timestamp>-<db>-overhead.{md,json}.
 """
 
 from __future__ import annotations
@@ -74,7 +75,14 @@ def stage_of(text: str) -> tuple[str, bool] | None:
 
 
 def snapshot(admin: psycopg.Connection) -> dict[int, tuple[str, int, float]]:
-    return {qid: (text, calls, ms) for qid, text, calls, ms in admin.execute(SNAPSHOT).fetchall()}
+    try:
+        rows = admin.execute(SNAPSHOT).fetchall()
+    except psycopg.errors.ObjectNotInPrerequisiteState:
+        raise SystemExit(
+            "the server does not load pg_stat_statements: add it to shared_preload_libraries and restart it "
+            "(the AGE server: bash scripts/age-server.sh stop; MEMORIA_AGE_STAT_STATEMENTS=1 bash scripts/age-server.sh start)"
+        ) from None
+    return {qid: (text, calls, ms) for qid, text, calls, ms in rows}
 
 
 def server_path(before: dict, after: dict) -> dict[str, Any]:

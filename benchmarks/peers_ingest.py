@@ -131,6 +131,17 @@ def measure(admin: str, name: str, loader: Loader, docs: list, vectors: dict) ->
     }
 
 
+def settings(variant: str) -> dict[str, int]:
+    """`KEY=VALUE[,KEY=VALUE]` as Config settings with integer values."""
+    out = {}
+    for pair in variant.split(","):
+        key, sep, value = pair.partition("=")
+        if not sep or not value.strip().lstrip("-").isdigit():
+            raise SystemExit(f"--variant {variant!r}: expected KEY=INTEGER[,KEY=INTEGER]")
+        out[key.strip()] = int(value)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from evals.cache import EmbeddingCache, default_cache_dir
     from evals.runner import LOADERS, embed
@@ -148,6 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         help="memoria-pg only, once per value of Config.ingest_first_batch_size (e.g. 256,0: the ramp against "
         "full batches from the start), instead of the three systems",
     )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="memoria-pg only, once per --variant, with these Config settings (integers), e.g. --variant "
+        "ingest_writers=2 --variant ingest_writers=3, instead of the three systems",
+    )
     args = p.parse_args(argv)
     if args.data is None:
         raise SystemExit("give --data (or MEMORIA_EVAL_DATA): the folder holding the evaluation sets")
@@ -160,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             f"memoria-pg store_many, first batch {n}": functools.partial(memoria, ingest_first_batch_size=n)
             for n in (int(v) for v in args.first_batch_sizes.split(","))
         }
+    if args.variant:
+        systems = {f"memoria-pg store_many, {v}": functools.partial(memoria, **settings(v)) for v in args.variant}
     names = list(systems)
     runs: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     for rnd in range(args.rounds):

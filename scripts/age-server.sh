@@ -200,12 +200,16 @@ write_conf() {
         die "MEMORIA_AGE_SHARED_BUFFERS must be a size such as 1GB or 4096MB, not '$MEMORIA_AGE_SHARED_BUFFERS'"
     install -d -o "$PG_UID" -g "$PG_GID" -m 0755 "$ROOT$RUNDIR"
     local conf="$ROOT$DATA/memoria.conf"
+    # MEMORIA_AGE_STAT_STATEMENTS=1 also loads pg_stat_statements (benchmarks/overhead.py reads it);
+    # off by default: it adds its own cost to every statement the other benchmarks time.
+    local PRELOAD=age
+    [[ "${MEMORIA_AGE_STAT_STATEMENTS:-0}" == 1 ]] && PRELOAD="age,pg_stat_statements"
     cat >"$conf.new" <<EOF
 # written by scripts/age-server.sh on every start; edit the script, not this file
 listen_addresses = '127.0.0.1'
 port = $PORT
 unix_socket_directories = '$RUNDIR'
-shared_preload_libraries = 'age'
+shared_preload_libraries = '$PRELOAD'
 max_connections = 200
 shared_buffers = ${MEMORIA_AGE_SHARED_BUFFERS:-1GB}
 work_mem = 16MB
