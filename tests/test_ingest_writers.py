@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import random
 import threading
+import time
+import types
 
 import psycopg
 import pytest
@@ -384,3 +386,43 @@ def test_pipeline_mode_only_where_libpq_supports_it(monkeypatch):
     assert ingestor().pipeline is psycopg.Pipeline.is_supported()
     monkeypatch.setattr(psycopg.Pipeline, "is_supported", classmethod(lambda cls: False))
     assert ingestor().pipeline is False
+
+
+def test_batches_prepared_while_a_write_is_in_flight_make_way_for_the_writers(system, monkeypatch):
+    # prepare_batch hands the interpreter to the writer threads (time.sleep(0) every YIELD_EVERY_S) only
+    # while one of them is writing: the first batch, and a batch with no write in flight, run straight
+    from memoria_pg.ingest import ingestor as module
+
+    flags: list[bool] = []
+    prepare_batch, write = module.Ingestor.prepare_batch, module.Ingestor.write
+
+    def recording(self, batch, wheres=None, *, writers_busy=False):
+        flags.append(writers_busy)
+        return prepare_batch(self, batch, wheres, writers_busy=writers_busy)
+
+    def slow_write(self, prepared, late=()):
+        time.sleep(0.3)  # still writing when the next batch is prepared
+        return write(self, prepared, late)
+
+    monkeypatch.setattr(module.Ingestor, "prepare_batch", recording)
+    monkeypatch.setattr(module.Ingestor, "write", slow_write)
+    data = [{"content": f"entry {i}", "tenant": "t"} for i in range(12)]
+    assert system.store_many(data, batch_size=4, writers=2).inserted == 12
+    assert flags == [False, True, True]
+    flags.clear()
+    assert system.store_many(data[:3] + [{"content": "one more", "tenant": "t"}], batch_size=4).inserted == 1
+    assert flags == [False]
+
+
+def test_prepare_batch_sleeps_only_for_busy_writers_and_at_most_every_yield_interval(system, monkeypatch):
+    from memoria_pg.ingest import ingestor as module
+
+    ticks = iter(range(0, 10**6, 300))  # a clock that moves 0.3 ms a reading, for this module only
+    sleeps: list[float] = []
+    clock = types.SimpleNamespace(perf_counter=lambda: next(ticks) / 1e6, sleep=sleeps.append)
+    monkeypatch.setattr(module, "time", clock)
+    batch = [{"content": f"entry {i}", "tenant": "t", "embedding": [1.0] + [0.0] * 383} for i in range(10)]
+    system.ingestor.prepare_batch(batch)
+    assert sleeps == []
+    system.ingestor.prepare_batch(batch, writers_busy=True)
+    assert sleeps == [0] * 5  # every other record: 0.6 ms >= YIELD_EVERY_S since the last
