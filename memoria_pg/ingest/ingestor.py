@@ -81,7 +81,7 @@ class Ingestor:
                 # the switch interval (5 ms), and batches were written at that pace. time.sleep(0)
                 # sleeps up to the timer slack (~50 us on Linux), long enough for it to take the
                 # interpreter (os.sched_yield is not: this thread takes it back first). SciFact
-                # abstracts 984 -> 1,075 a second, MS MARCO passages 2,490 -> 2,934, the same CPU
+                # abstracts 893 -> 1,013 a second, MS MARCO passages 2,481 -> 2,895, the same CPU
                 # (docs/measurements.md, "Ingestion on real text").
                 time.sleep(0)
                 yielded = clock
