@@ -180,7 +180,8 @@ def test_a_full_pool_whose_backends_all_died_recovers_at_once(dsn):
             except psycopg.OperationalError as exc:  # a connection whose end had not reached the client
                 outcomes.append(type(exc).__name__)
         assert outcomes[-3:] == [1, 1, 1] and "PoolTimeout" not in outcomes, outcomes
-        assert db.pool.get_stats()["connections_lost"] >= 9  # the sweep found them, not the borrowers
+        # the sweep found them, not the borrowers (it runs in its own thread: it may still be at work)
+        wait_for(lambda: db.pool.get_stats()["connections_lost"] >= 9, what="the sweep to find the dead connections")
     finally:
         db.close()
 

@@ -222,6 +222,7 @@ def test_another_tenants_memory_ids_cannot_break_its_ranked_queries(two_tenants,
     for _ in range(2):
         response = two_tenants.query("Maya Novak Jonas Berg", tenant="globex")
         assert theirs in [m.memory_id for m in response.memories]
+    assert two_tenants.settle(5)  # the access writes end after their queries (write-behind)
     with psycopg.connect(dsn) as conn:
         counts = dict(
             conn.execute("SELECT tenant, access_count FROM memoria.memory_access WHERE memory_id = %s", (theirs,))

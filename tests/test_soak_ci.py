@@ -2,7 +2,7 @@
 invalidations of memories the writers have just written and the queries read: issue 12, point 6) for
 20 s on 2k memories, with no error, no resurrected delete, no stale update and every derived statistic
 equal to a recount at the end; then the
-cancel race (issue 15, point 1: a 40 ms retrieval deadline, 6 query clients and a writer on a pool of
+cancel race (issue 15, point 1: a 10 ms retrieval deadline, 6 query clients and a writer on a pool of
 4) for 15 s, with no error in either phase and no lost write (benchmarks/soak.py --ci, in a database
 of its own). Before the fix the race failed queries, workers and writes with QueryCanceled."""
 
