@@ -117,23 +117,33 @@ def git_head() -> str:
         return "unknown"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_query_arguments(parser: argparse.ArgumentParser) -> None:
+    """The database and queries options of this benchmark and query_trace.py."""
     parser.add_argument("--admin-dsn", default="postgresql://postgres@127.0.0.1:55432/postgres")
     parser.add_argument("--db", required=True)
     parser.add_argument("--locomo", default=None, help="the evaluation data folder: LoCoMo's questions")
     parser.add_argument("--queries", type=int, default=200)
+
+
+def query_set(locomo: str | None, n: int) -> tuple[list[Any], list[Any]]:
+    """`n` queries and their vectors: LoCoMo's questions with their cached vectors (`locomo`: the
+    evaluation data folder), else the scale benchmark's queries with HashEmbedder vectors."""
+    if locomo:
+        return locomo_queries(Path(locomo), n)
+    queries = corpus.queries(n, seed=7, n_tenants=10, world=corpus.universe(7, 10))
+    embed = library.hash_embed()
+    return queries, [embed(q.text) for q in queries]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_query_arguments(parser)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", default=str(REPO / "results" / "scale"))
     args = parser.parse_args(argv)
 
     dsn = with_db(args.admin_dsn, args.db)
-    if args.locomo:
-        queries, vectors = locomo_queries(Path(args.locomo), args.queries)
-    else:
-        queries = corpus.queries(args.queries, seed=7, n_tenants=10, world=corpus.universe(7, 10))
-        embed = library.hash_embed()
-        vectors = [embed(q.text) for q in queries]
+    queries, vectors = query_set(args.locomo, args.queries)
     admin = psycopg.connect(dsn, autocommit=True)
     admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     config = Config.from_env(dsn=dsn, use_age=False, pool_min_size=12, pool_max_size=48, query_cache_size=0)

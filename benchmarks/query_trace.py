@@ -30,14 +30,10 @@ import functools
 import statistics
 import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import corpus
-import library
 import psycopg
-from before_after import locomo_queries
+from overhead import add_query_arguments, query_set
 from scale import with_db
 
 import memoria_pg.query.candidates as candidates
@@ -100,6 +96,17 @@ def last(events: list[Event], step: str) -> float | None:
     return next((t for t, _, s in reversed(events) if s == step), None)
 
 
+def spans(events: list[Event], start: str, end: str) -> list[float]:
+    """In ms, from each `start` to the next `end` on the same thread."""
+    out = []
+    for t0, thread, step in events:
+        if step == start:
+            t1 = next((t for t, th, s in events if th == thread and s == end and t >= t0), None)
+            if t1 is not None:
+                out.append((t1 - t0) * 1000)
+    return out
+
+
 def gaps(events: list[Event]) -> dict[str, float]:
     """The intervals of one query's timeline, in ms (those it has)."""
     out: dict[str, float] = {}
@@ -116,24 +123,12 @@ def gaps(events: list[Event]) -> dict[str, float]:
     starts = [t for t, _, s in events if s == "task>" and submitted is not None and t >= submitted]
     put("submitted -> first task started", submitted, min(starts, default=None))
     put("submitted -> last task started", submitted, max(starts, default=None))
-    setups = [
-        (stmt - t0) * 1000
-        for t0, thread, step in events
-        if step == "task>"
-        for stmt in [next((t for t, th, s in events if th == thread and s == "statement>" and t >= t0), None)]
-        if stmt is not None
-    ]
-    if setups:
-        out["task started -> its worker statement sent (checkout, settings), slowest task"] = max(setups)
-    statement_walls = [
-        (t1 - t0) * 1000
-        for t0, thread, step in events
-        if step == "statement>"
-        for t1 in [next((t for t, th, s in events if th == thread and s == "statement<" and t >= t0), None)]
-        if t1 is not None
-    ]
-    if statement_walls:
-        out["slowest worker statement (wall)"] = max(statement_walls)
+    for name, start, end in (
+        ("task started -> its worker statement sent (checkout, settings), slowest task", "task>", "statement>"),
+        ("slowest worker statement (wall)", "statement>", "statement<"),
+    ):
+        if durations := spans(events, start, end):
+            out[name] = max(durations)
     put("last recorded -> caller woken", last(events, "recorded<"), first(events, "workers<"))
     put("workers (wall)", first(events, "workers>"), first(events, "workers<"))
     put("final: hits -> statement sent", first(events, "final>"), first(events, "final_statement>"))
@@ -144,23 +139,14 @@ def gaps(events: list[Event]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--admin-dsn", default="postgresql://postgres@127.0.0.1:55432/postgres")
-    parser.add_argument("--db", required=True)
-    parser.add_argument("--locomo", default=None, help="the evaluation data folder: LoCoMo's questions")
-    parser.add_argument("--queries", type=int, default=200)
+    add_query_arguments(parser)
     parser.add_argument("--show", type=int, default=1, help="timelines printed")
     args = parser.parse_args(argv)
 
-    if args.locomo:
-        queries, vectors = locomo_queries(Path(args.locomo), args.queries)
-    else:
-        queries = corpus.queries(args.queries, seed=7, n_tenants=10, world=corpus.universe(7, 10))
-        embed = library.hash_embed()
-        vectors = [embed(q.text) for q in queries]
+    queries, vectors = query_set(args.locomo, args.queries)
     instrument()
     config = Config.from_env(dsn=with_db(args.admin_dsn, args.db), use_age=False, pool_min_size=12,
                              pool_max_size=48, query_cache_size=0)  # fmt: skip
-    run: Callable[[int], None]
     per_query: list[dict[str, float]] = []
     walls: list[float] = []
     with MemorySystem(config, auto_migrate=False) as system:
