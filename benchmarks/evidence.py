@@ -138,7 +138,7 @@ def plans(bench: Bench, v4_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "tenant": query.tenant,
             "category": bench.queries[slow].category,
             "shard": None,
-            "hits": len(params["ids"]),
+            "hits": sum(len(v) for v in hits.values()),
             "in_query_worker_ms": v4_rows[slow]["database_ms"],
             "execution_ms": exec_ms,
             "plan": lines,

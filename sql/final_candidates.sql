@@ -1,7 +1,7 @@
 -- Candidate construction: every completed worker's hits (and relevance-pool ids) arrive as arrays,
 -- are merged and deduplicated by memory id, given one fused retrieval score, capped at
 -- RANKING_CANDIDATE_LIMIT, and only then the rows and embeddings are read (the expensive part).
--- The arrays arrive as array literals (text: candidates.py says why).
+-- The arrays arrive in binary (numbers) and as literals (text): db/arrays.py says why.
 -- Fusion (%(method)s):
 --   'score': sum over sources of weight * the hit's score min-max normalized within its source's
 --            list of n hits, with the floor one step (range / (n - 1)) below the list's last hit:

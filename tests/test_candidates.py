@@ -13,15 +13,13 @@ from psycopg.rows import dict_row
 from memoria_pg.config import Config
 from memoria_pg.core.embedding import HashEmbedder
 from memoria_pg.core.types import CandidateRecord, SourceHit
+from memoria_pg.db.arrays import Float8Array, Int4Array, Int8Array, text_array
 from memoria_pg.query.candidates import (
     _top_text,
     build_candidates,
     candidate_statement,
     filter_by_type,
     final_cte_params,
-    float_array,
-    int_array,
-    text_array,
 )
 from memoria_pg.query.workers import DEFAULT_WORKERS
 from memoria_pg.query.workers.registry import NO_SHIFT
@@ -382,17 +380,28 @@ def test_typed_query_keeps_only_matching_candidates(system):
 @given(
     texts=st.lists(st.one_of(st.none(), st.text(max_size=12)), max_size=8),
     ints=st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=8),
+    small=st.lists(st.integers(min_value=-(2**31), max_value=2**31 - 1), max_size=8),
     floats=st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=8),
 )
-def test_array_literals_read_back_as_the_values(system, texts, ints, floats):
-    """The final CTE's hit arrays travel as array literals (candidates.py): every string (quotes,
-    backslashes, braces, commas, 'NULL', the empty string), None, bigint and double reads back unchanged."""
+def test_array_parameters_read_back_as_the_values(system, texts, ints, small, floats):
+    """The final CTE's hit arrays travel as text literals and binary numbers (db/arrays.py): every string
+    (quotes, backslashes, braces, commas, 'NULL', the empty string), None, bigint, integer and double reads
+    back unchanged, also where the statement casts them, also empty."""
     texts = [t.replace("\x00", "") if t is not None else None for t in texts]  # PostgreSQL text has no NUL
+    params = (text_array(texts), Int8Array.of(ints), Int4Array.of(small), Float8Array.of(floats))
     with system.db.connection() as conn:
-        row = conn.execute(
-            "SELECT %s::text[], %s::bigint[], %s::float8[]", (text_array(texts), int_array(ints), float_array(floats))
-        ).fetchone()
-    assert row == (texts, ints, floats)
+        cast = conn.execute("SELECT %s::text[], %s::bigint[], %s::int[], %s::float8[]", params).fetchone()
+        typed = conn.execute("SELECT %s::text[], %s, %s, %s, pg_typeof(%s)::text", (*params, params[3])).fetchone()
+    assert cast == (texts, ints, small, floats) and typed == (texts, ints, small, floats, "double precision[]")
+
+
+def test_binary_arrays_refuse_what_their_type_cannot_hold():
+    """An integer out of the element type's range is an error here, not a wrapped number in the server."""
+    with pytest.raises(OverflowError):
+        Int4Array.of([2**31])
+    with pytest.raises(OverflowError):
+        Int8Array.of([2**63])
+    assert "bytes" in repr(Int8Array.of([1, 2]))  # what EXPLAIN and errors show: not the raw bytes
 
 
 def test_candidates_keep_each_sources_hit_as_sent(system, five):

@@ -184,6 +184,6 @@ def test_the_search_parameters_are_not_the_final_ctes():
         np.zeros(DIM, dtype=np.float32), DEFAULT_WORKERS, limit=5, exact_max_rows=7, norms=["maya"], cap=200,
         rrf_k=60, depth=20,
     )  # fmt: skip
-    assert params["limit"] == 5 and params["exact_max_rows"] == 7 and params["norms"] == ["maya"]
+    assert params["limit"] == 5 and params["exact_max_rows"] == 7 and params["norms"] == '{"maya"}'
     assert "ids" not in params and "memory_type" in params and params["memory_type"] is None
     assert "-- @exact" not in text and "-- @hnsw" not in text and "declared AS (" in text

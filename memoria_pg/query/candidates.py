@@ -14,6 +14,7 @@ from psycopg.rows import dict_row
 from ..config import Config
 from ..core.types import VALID_NOW, CandidateRecord, SourceHit, Validity
 from ..db import load_sql, schema_current, vector_of
+from ..db.arrays import Float8Array, Int4Array, Int8Array, text_array
 from ..db.database import nearest_readable, register_clamped_times
 from ..db.native import NativeStatement, native
 from .shards import ALL
@@ -147,22 +148,21 @@ def final_cte_params(
     weights = dict(registry.weights(method) if weights is None else weights)
     if scored is None:
         scored = fused_scores(hits, registry)
-    rows, scores = [h for h, _ in scored], [score for _, score in scored]
+    feedback = registry.feedback.params(method, terms)
+    # The arrays as binary numbers and text literals (db/arrays.py): psycopg would dump a list in Python,
+    # element by element (about 0.1 ms of client CPU for a LoCoMo query's hundred hits).
     return {
-        "ids": int_array([h.memory_id for h in rows]),
-        "types": text_array([h.memory_type for h in rows]),
-        "sources": text_array([h.source for h in rows]),
-        "ranks": int_array([h.rank for h in rows]),
-        "scores": float_array(scores),
-        "weight_sources": list(weights),
-        "weight_values": [float(v) for v in weights.values()],
+        **_hit_arrays(scored),
+        "weight_sources": text_array(weights),
+        "weight_values": Float8Array.of([float(v) for v in weights.values()]),
         "depth": depth,
         "rrf_k": rrf_k,
         "cap": cap,
         "method": method,
-        "lower_better": registry.lower_is_better(),
+        "lower_better": text_array(registry.lower_is_better()),
         **registry.shift.params(),
-        **registry.feedback.params(method, terms),
+        **feedback,
+        "feedback_query": text_array(feedback["feedback_query"]),
         "k1": float(bm25[0]),
         "b": float(bm25[1]),
         "as_of": validity.as_of,
@@ -170,6 +170,18 @@ def final_cte_params(
         "embeddings": embeddings,
         "fetch": fetch,
         "prefer_type": prefer_type,
+    }
+
+
+def _hit_arrays(scored: Sequence[tuple[SourceHit, float]]) -> dict[str, Any]:
+    """The hits as the final CTE's parallel arrays (_HIT_ARRAYS), each with the score it fuses."""
+    rows = [h for h, _ in scored]
+    return {
+        "ids": Int8Array.of([h.memory_id for h in rows]),
+        "types": text_array([h.memory_type for h in rows]),
+        "sources": text_array([h.source for h in rows]),
+        "ranks": Int4Array.of([h.rank for h in rows]),
+        "scores": Float8Array.of([score for _, score in scored]),
     }
 
 
@@ -188,31 +200,6 @@ def fused_scores(hits: Mapping[str, Sequence[SourceHit]], registry: WorkerRegist
             if math.isfinite(score):
                 out.append((h, score))
     return out
-
-
-def int_array(values: Iterable[int]) -> str:
-    """`values` as a PostgreSQL array literal, for a parameter the statement casts (`%(ids)s::bigint[]`).
-
-    The final CTE's hit arrays hold a few hundred elements: psycopg adapts a list element by element
-    in Python (about 1 ms of client CPU for the five arrays of a query), this is one join here and
-    one parse on the server. Still parameters: text elements are quoted and escaped (text_array)."""
-    return "{" + ",".join(map(str, map(int, values))) + "}"
-
-
-def float_array(values: Iterable[float]) -> str:
-    """Finite floats as an array literal (repr: the shortest text that reads back the same double)."""
-    return "{" + ",".join(map(repr, map(float, values))) + "}"
-
-
-def text_array(values: Iterable[str | None]) -> str:
-    """Strings as an array literal: each element double-quoted, backslashes and quotes escaped; None is NULL."""
-    return "{" + ",".join(map(_element, values)) + "}"
-
-
-@functools.lru_cache(maxsize=1024)
-def _element(value: str | None) -> str:
-    # Cached: the hits' arrays repeat a few source names and memory types hundreds of times a query.
-    return "NULL" if value is None else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def candidate_statement(
@@ -389,7 +376,7 @@ def v3_statement(
     clash = set(params) & {*search, "norms"}
     if clash:
         raise ValueError(f"the vector search's parameters {sorted(clash)} are the final CTE's too")
-    return _v3_text(top=fetch is not None), {**params, **search, "norms": list(norms)}
+    return _v3_text(top=fetch is not None), {**params, **search, "norms": text_array(norms)}
 
 
 @functools.cache

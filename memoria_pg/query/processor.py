@@ -27,6 +27,7 @@ from ..core.entities import (
 from ..core.text import STOPWORDS, normalize, normalize_entity, tokenize
 from ..core.types import ProcessedQuery
 from ..db import load_sql
+from ..db.arrays import text_array
 
 EntityLookup = Callable[[list[str]], list[str]]
 Expander = Callable[[list[str]], list[str]]
@@ -196,7 +197,8 @@ class TableLookup:
     def __call__(self, grams: list[str]) -> list[str]:
         if not grams:
             return []
-        found = self.conn.execute(load_sql("query_lookup"), {"norms": [normalize_entity(g) for g in grams]}).fetchall()
+        norms = text_array([normalize_entity(g) for g in grams])  # a literal: db/arrays.py
+        found = self.conn.execute(load_sql("query_lookup"), {"norms": norms}).fetchall()
         self.rows = {name: int(n) for kind, name, n in found if kind == "rows"}
         return [name for kind, name, _ in found if kind == "entity"]
 
