@@ -172,3 +172,29 @@ def test_plugins_load_from_configuration(config: Config):
         response = system.query("does Nina like jazz", tenant="t")
     assert response.diagnostics.route == "example-keywords-only"
     assert set(response.diagnostics.submitted_sources) <= {"vector", "bm25"}
+
+
+def test_the_relevance_pool_runs_on_its_cached_generic_plan(loaded: MemorySystem, monkeypatch):
+    """Its statement prunes partitions by a value the generic plan prunes at executor start-up; planning it
+    at each query cost more than running it: its transaction asks for generic plans, and gets them."""
+    from memoria_pg.query import pipeline, relevance
+
+    opened: list[dict] = []
+
+    class Recording:
+        def __init__(self, db):  # type: ignore[no-untyped-def]
+            self.db = db
+
+        def transaction(self, tenant, **options):  # type: ignore[no-untyped-def]
+            opened.append(options)
+            return self.db.transaction(tenant, **options)
+
+    def recorded(db, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return relevance.relevance_pool(Recording(db), *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "relevance_pool", recorded)
+    response = loaded.query("what does Nina prefer", tenant="t", memory_type="preference", top_k=10)
+    assert response.diagnostics.relevance_pool_count == 4
+    assert [options.get("generic_plans") for options in opened] == [True]
+    with loaded.db.transaction("t", generic_plans=True) as conn:
+        assert conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()[0] == "force_generic_plan"

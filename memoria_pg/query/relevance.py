@@ -17,7 +17,10 @@ def relevance_pool(
     hint = query.memory_type_hint
     if not hint or hint == default_type:
         return []
-    block = db.transaction(query.tenant, implicit=True, background_end=True)
+    # On its cached generic plan: its type is a partition key value the plan prunes by at executor
+    # start-up, and planning the three branches over the partitions each time cost 0.39 ms of server
+    # time (the bind, p50 on LoCoMo) for a statement that runs in 0.01 ms.
+    block = db.transaction(query.tenant, generic_plans=True, implicit=True, background_end=True)
     with block as conn, conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
             load_sql("relevance_pool"),
