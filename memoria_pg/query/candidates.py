@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -267,7 +267,6 @@ def build_candidates(
         hits, registry, cap=cap, rrf_k=rrf_k, depth=depth, method=method, validity=validity,
         embeddings=embeddings, scored=scored, fetch=fetch, prefer_type=prefer_type, terms=terms, bm25=bm25,
     )  # fmt: skip
-    found = _found(scored)
     # Binary results: 200 embeddings arrive as raw float32 instead of 76,800 numbers printed and
     # parsed back (the text parse was most of this statement's time). Same values: the SQL sends
     # `importance` as text, because a binary real is its float32 value, not the decimal it prints.
@@ -279,6 +278,7 @@ def build_candidates(
         if not (_first_rows_complete(rows, fetch) and _order_holds(rows, prefer_type)):
             rows = _fetch(conn, statement, params)
     names = registry.score_names()
+    found = _found(scored, {row["memory_id"] for row in rows})
     out = Candidates(_candidate(row, found[row["memory_id"]], names) for row in rows)
     out.total = int(rows[0].get("candidate_total", len(rows))) if rows else 0
     return out
@@ -437,12 +437,16 @@ def build_v3_candidates(conn: psycopg.Connection, statement: Statement, registry
     return V3Result(out, int(rows[0]["hit_count"]), list(rows[0]["known_entities"]), total)
 
 
-def _found(scored: Iterable[tuple[SourceHit, float]]) -> dict[int, list[tuple[SourceHit, float]]]:
-    """Each memory's hits as the final CTE fused them, by source name: the hit and the score it was
-    fused with (fused_scores; a hit without a finite one was left out of the statement)."""
+def _found(
+    scored: Iterable[tuple[SourceHit, float]], ids: Collection[int]
+) -> dict[int, list[tuple[SourceHit, float]]]:
+    """The hits of the memories `ids` (the rows the final CTE returned) as it fused them, by source name:
+    the hit and the score it was fused with (fused_scores; a hit without a finite one was left out of
+    the statement)."""
     found: dict[int, list[tuple[SourceHit, float]]] = {}
     for h, score in scored:
-        found.setdefault(h.memory_id, []).append((h, score))
+        if h.memory_id in ids:
+            found.setdefault(h.memory_id, []).append((h, score))
     for memory_hits in found.values():
         memory_hits.sort(key=lambda pair: pair[0].source)
     return found
