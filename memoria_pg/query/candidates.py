@@ -437,9 +437,7 @@ def build_v3_candidates(conn: psycopg.Connection, statement: Statement, registry
     return V3Result(out, int(rows[0]["hit_count"]), list(rows[0]["known_entities"]), total)
 
 
-def _found(
-    scored: Iterable[tuple[SourceHit, float]], ids: Collection[int]
-) -> dict[int, list[tuple[SourceHit, float]]]:
+def _found(scored: Iterable[tuple[SourceHit, float]], ids: Collection[int]) -> dict[int, list[tuple[SourceHit, float]]]:
     """The hits of the memories `ids` (the rows the final CTE returned) as it fused them, by source name:
     the hit and the score it was fused with (fused_scores; a hit without a finite one was left out of
     the statement)."""
