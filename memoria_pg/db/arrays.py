@@ -36,7 +36,7 @@ class BinaryArray(bytes):
     @classmethod
     def of(cls, values: Sequence[float] | Sequence[int] | np.ndarray) -> BinaryArray:
         """`values` encoded (OverflowError for an integer the element type cannot hold)."""
-        packed = np.asarray(values, dtype=cls.dtype) if len(values) else np.empty(0, dtype=cls.dtype)
+        packed = np.asarray(values, dtype=cls.dtype)
         if packed.ndim != 1:
             raise ValueError(f"a {cls.__name__} holds one dimension, not {packed.ndim}")
         n = len(packed)
