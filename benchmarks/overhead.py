@@ -201,10 +201,13 @@ def statement_logging(admin: psycopg.Connection, db: str, path: str | None) -> I
     if path is None:
         yield None
         return
+    try:
+        log = ServerLog(path)
+    except OSError as exc:
+        raise SystemExit(f"--server-log: cannot read the server's log file {path!r} ({exc.strerror})") from None
     name = psycopg.sql.Identifier(db)
     admin.execute("SET log_min_duration_statement = -1")
     admin.execute(psycopg.sql.SQL("ALTER DATABASE {} SET log_min_duration_statement = 0").format(name))
-    log = ServerLog(path)
     try:
         yield log
     finally:

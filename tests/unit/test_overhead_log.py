@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import overhead  # benchmarks/ is not a package: imported from its folder
 
@@ -56,3 +58,9 @@ def test_the_log_is_read_by_complete_lines_from_where_it_was(tmp_path):
         assert log.lines() == [LINES[2]]
     finally:
         log.close()
+
+
+def test_a_log_file_that_cannot_be_read_is_a_clear_error_before_anything_is_set(tmp_path):
+    with pytest.raises(SystemExit, match="cannot read the server's log file"):
+        with overhead.statement_logging(None, "memoria", str(tmp_path / "missing.log")):  # type: ignore[arg-type]
+            pass  # the database's logging is never touched: the admin connection is not even used
