@@ -24,7 +24,7 @@ from memoria_pg.query.workers.attribute import AttributeWorker
 from memoria_pg.query.workers.base import shard_sql
 from memoria_pg.query.workers.bm25 import BM25Worker
 from memoria_pg.query.workers.fusion import FusionWorker
-from memoria_pg.query.workers.graph import GraphWorker
+from memoria_pg.query.workers.graph import GENERIC_MAX_ROWS, GraphWorker
 from memoria_pg.query.workers.phrase import PhraseWorker
 from memoria_pg.query.workers.vector import VectorWorker
 from memoria_pg.system import MemorySystem
@@ -534,9 +534,9 @@ def test_attribute_subject_lookup_is_an_index_condition_under_row_level_security
 # -- graph -------------------------------------------------------------------------------------------
 
 
-def test_the_graph_walk_runs_on_generic_plans_for_typed_shards_only(system):
-    """Planned each time the walk of the whole table was faster than on its generic plan, a typed walk
-    slower (GraphWorker.plans_generic); AGE's call keeps custom plans."""
+def test_the_graph_walk_runs_on_generic_plans_for_typed_shards_and_small_tenants(system):
+    """Planned each time the walk of a large tenant's whole table was faster than on its generic plan, a
+    typed walk and a small tenant's walk slower (GraphWorker.plans_generic); AGE's call keeps custom plans."""
     ctx = WorkerContext(
         query=processed("x"), embedding=np.zeros(384, dtype=np.float32), shards=(ALL,), limit=10,
         graph_limit=10, graph_depth=2, config=system.config,
@@ -545,6 +545,10 @@ def test_the_graph_walk_runs_on_generic_plans_for_typed_shards_only(system):
     assert GraphWorker().plans_generic(dataclasses.replace(ctx, shards=(Shard("fact"), Shard("general"))))
     assert not GraphWorker().plans_generic(dataclasses.replace(ctx, shards=(Shard("fact"), ALL)))
     assert not GraphWorker().plans_generic(dataclasses.replace(ctx, shards=(Shard("fact"),), graph_backend="age"))
+    small = {"general": GENERIC_MAX_ROWS - 1, "fact": 1}  # the tenant's memories of every type count
+    assert GraphWorker().plans_generic(dataclasses.replace(ctx, tenant_rows=small))
+    assert not GraphWorker().plans_generic(dataclasses.replace(ctx, tenant_rows={**small, "fact": 2}))
+    assert not GraphWorker().plans_generic(dataclasses.replace(ctx, tenant_rows=small, graph_backend="age"))
 
 
 @pytest.fixture
