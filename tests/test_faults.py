@@ -377,8 +377,11 @@ def test_concurrent_writers_sharing_tenants_and_types_do_not_deadlock(config: Co
 
 @pytest.fixture
 def small_pool(config: Config):
-    cfg = config.replace(pool_min_size=1, pool_max_size=2, pool_timeout=0.5)
+    # Both connections open from the start: the test holds them both, and on a loaded CI machine
+    # opening the second on demand can take longer than the 0.5 s pool timeout.
+    cfg = config.replace(pool_min_size=2, pool_max_size=2, pool_timeout=0.5)
     with MemorySystem(cfg, embedder=HashEmbedder()) as system:
+        system.db.pool.wait(timeout=30)
         system.store("Maya's notebook is green.", tenant="t")
         yield system
 
