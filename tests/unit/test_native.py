@@ -67,7 +67,7 @@ def test_every_shard_filtered_worker_writes_its_filter_for_the_shard():
 
     filtered = [w for w in DEFAULT_WORKERS.values() if w.shard_filtered]
     assert {w.name for w in filtered} == {"vector", "bm25", "phrase", "temporal"}
-    names = [w.sql_name for w in filtered] + ["workers/vector_exact"]
+    names = [w.sql_name for w in filtered] + ["workers/vector_exact", "workers/vector_exact_bounded"]
     for name in names:
         typed, whole = shard_sql(name, Shard("fact")), shard_sql(name, Shard(None))
         assert not SHARD_FILTER.search(typed) and not SHARD_FILTER.search(whole)
