@@ -26,7 +26,8 @@ class VectorWorker(Worker):
     Per shard, exact or approximate by the tenant's size there (its BM25 document counts): up to
     `vector_exact_max_rows` memories per memory type the statement reads (one type for a typed shard,
     every type of the tenant for the whole table) are compared one by one (workers/vector_exact:
-    index-only scan of the tenant's vectors, exact order); more go through the HNSW indexes
+    index-only scan of the tenant's vectors, exact order; from BOUNDED_MIN_ROWS times the limit on,
+    workers/vector_exact_bounded: the same rows, fewer of them sorted); more go through the HNSW indexes
     (workers/vector). The exact cost grows with the rows, the HNSW cost with the partitions probed
     (one graph search each), hence the per-type budget. A tenant above the budget in a type searches
     its own partial HNSW index there, which `memoria-pg db vector-indexes` builds (db/vector_indexes.py);
@@ -126,10 +127,12 @@ class VectorWorker(Worker):
             text, own = self._statement(ctx, shard, exact_search, rows)
             if _TYPE_PARAM not in text:
                 raise RuntimeError(f"a vector statement lost its memory type parameter: {_TYPE_PARAM!r}")
-            text = text.replace(_TYPE_PARAM, f"%(memory_type_{k})s").replace("%(sample)s", f"%(sample_{k})s")
+            text = text.replace(_TYPE_PARAM, f"%(memory_type_{k})s")
+            if "sample" in own:  # a bounded exact search (_statement)
+                text = text.replace("%(sample)s", f"%(sample_{k})s")
+                params[f"sample_{k}"] = own["sample"]
             branches.append(f"(SELECT memory_id, memory_type, distance FROM (\n{text.strip()}\n) part_{k})")
             params[f"memory_type_{k}"] = shard.memory_type
-            params[f"sample_{k}"] = own.get("sample", 0)
         union = "\nUNION ALL\n".join(branches)
         return (
             f"SELECT memory_id, memory_type, distance FROM (\n{union}\n) parts "
