@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -120,22 +121,30 @@ class VectorWorker(Worker):
         searches, the nearest ctx.limit of them by (distance, id) (a NaN distance sorts last in
         PostgreSQL as in the worker's order). One round trip instead of one per type: the searches
         cost the server the same (benchmarks/vector_indexes.py), the client less (docs/measurements.md,
-        "Scale and latency": V4 at 100k with every tenant split, client CPU 6.4 -> 5.8 ms a query)."""
+        "Scale and latency": V4 at 100k with every tenant split, client CPU 6.4 -> 5.8 ms a query).
+        When its exact searches read at least BOUNDED_MIN_ROWS times the limit of vectors (`rows`:
+        the tenant's memories by type), they share one bound, sampled from the largest of their types
+        (sql/workers/vector_exact_bounded.sql; the nearest k of a subset of the statement's vectors are
+        no nearer than the nearest k of all of them): the same rows, fewer of them sorted."""
         params = {**self.params(ctx, ALL_TYPES), "memory_type": None}
+        counts = rows or {}
+        exact_types = [(counts.get(shard.memory_type or "", 0), k) for k, (shard, e) in enumerate(parts) if e]
+        header = select = ""
+        if ctx.limit > 0 and sum(n for n, _ in exact_types) >= BOUNDED_MIN_ROWS * ctx.limit:
+            header, select = _bounded_halves()
+            header = header.replace(_TYPE_PARAM, f"%(memory_type_{max(exact_types)[1]})s")
+            params["sample"] = BOUNDED_SAMPLE * ctx.limit
         branches = []
         for k, (shard, exact_search) in enumerate(parts):
-            text, own = self._statement(ctx, shard, exact_search, rows)
+            text = select if header and exact_search else self._statement(ctx, shard, exact_search)[0]
             if _TYPE_PARAM not in text:
                 raise RuntimeError(f"a vector statement lost its memory type parameter: {_TYPE_PARAM!r}")
             text = text.replace(_TYPE_PARAM, f"%(memory_type_{k})s")
-            if "sample" in own:  # a bounded exact search (_statement)
-                text = text.replace("%(sample)s", f"%(sample_{k})s")
-                params[f"sample_{k}"] = own["sample"]
             branches.append(f"(SELECT memory_id, memory_type, distance FROM (\n{text.strip()}\n) part_{k})")
             params[f"memory_type_{k}"] = shard.memory_type
         union = "\nUNION ALL\n".join(branches)
         return (
-            f"SELECT memory_id, memory_type, distance FROM (\n{union}\n) parts "
+            f"{header}SELECT memory_id, memory_type, distance FROM (\n{union}\n) parts "
             "ORDER BY distance, memory_id LIMIT %(limit)s",
             params,
         )
@@ -173,3 +182,19 @@ def exact(rows: Mapping[str, int], shard: Shard, per_type: int) -> bool:
     if shard.memory_type is not None:
         return rows.get(shard.memory_type, 0) <= per_type
     return sum(rows.values()) <= per_type * max(1, len(rows))
+
+
+_BOUNDED_SELECT = "SELECT x.memory_id"  # where sql/workers/vector_exact_bounded.sql's search follows its bound
+
+
+@functools.cache
+def _bounded_halves() -> tuple[str, str]:
+    """sql/workers/vector_exact_bounded.sql for a typed shard, cut where its search follows its bound:
+    the WITH of the sample and the bound (to which split_search appends its searches), and the search."""
+    text = shard_sql(VectorWorker.bounded_sql_name, Shard("-"))
+    if text.count(_BOUNDED_SELECT) != 1:
+        raise RuntimeError(
+            f"sql/workers/vector_exact_bounded.sql lost the line split_search cuts at: {_BOUNDED_SELECT!r}"
+        )
+    cut = text.index(_BOUNDED_SELECT)
+    return text[:cut], text[cut:]
