@@ -9,6 +9,9 @@
 -- sampled rows are nearer, and then it could not be among the k nearest either.
 -- Each distance is computed once (the OFFSET 0 keeps the subquery, and its projection, apart from
 -- the filter above it). cosine_distance() is the function behind <=>, as in workers/vector_exact.
+-- A search split by type (VectorWorker.split_search) cuts this text before its last SELECT: the
+-- sample and the bound, from the largest of its exactly searched types, and that SELECT once per
+-- type, all within the one bound (the nearest k of a subset are no nearer than those of all).
 WITH sample AS (
     SELECT cosine_distance(m.embedding, %(embedding)s) AS distance
     FROM memoria.memories m
