@@ -1,10 +1,8 @@
 -- V3 in one statement: the vector search becomes the final CTE's hits, and the rest of
 -- sql/final_candidates.sql (fusion of the one source, cap, validity, the rows) runs on them in the
 -- same statement, so the hits never travel to the client and back (candidates.py, v3_statement).
--- The search is the vector worker's exact form (workers/vector_exact, or for a tenant of at least
--- %(bounded_rows)s memories workers/vector_exact_bounded, as VectorWorker chooses; they replace the marker
--- lines below, and only the branch its one-time filter lets through runs), while the tenant holds at
--- most %(exact_max_rows)s memories per memory type it has (the
+-- The search is the vector worker's exact form (workers/vector_exact, which replaces the marker line
+-- below), run while the tenant holds at most %(exact_max_rows)s memories per memory type it has (the
 -- BM25 document counts, as VectorWorker decides from sql/tenant_rows; a one-time filter on the
 -- `sizes` row). A larger tenant gets no row here: its search is HNSW on its own per-tenant indexes
 -- (db/vector_indexes.py), which only a custom plan naming the tenant can take, not this statement's
@@ -16,8 +14,7 @@
 -- entities, sql/query_lookup.sql), read once (candidates.py, _V3_EDITS).
 WITH sizes AS MATERIALIZED (
     SELECT %(exact_max_rows)s::numeric > 0
-           AND coalesce(sum(d.n_docs), 0) <= %(exact_max_rows)s::numeric * greatest(1, count(*)) AS exact,
-           coalesce(sum(d.n_docs), 0) >= %(bounded_rows)s::numeric AS bounded
+           AND coalesce(sum(d.n_docs), 0) <= %(exact_max_rows)s::numeric * greatest(1, count(*)) AS exact
     FROM memoria.bm25_docs d
     WHERE d.tenant = current_setting('memoria.tenant')
 ), hits AS (
@@ -26,10 +23,6 @@ WITH sizes AS MATERIALIZED (
     FROM (
         SELECT e.memory_id, e.memory_type, e.distance FROM (
 -- @exact
-        ) e WHERE (SELECT s.exact AND NOT s.bounded FROM sizes s)
-        UNION ALL
-        SELECT b.memory_id, b.memory_type, b.distance FROM (
--- @bounded
-        ) b WHERE (SELECT s.exact AND s.bounded FROM sizes s)
+        ) e WHERE (SELECT s.exact FROM sizes s)
     ) v
     WHERE v.distance <> 'NaN'::float8

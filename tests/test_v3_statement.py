@@ -187,26 +187,3 @@ def test_the_search_parameters_are_not_the_final_ctes():
     assert params["limit"] == 5 and params["exact_max_rows"] == 7 and params["norms"] == '{"maya"}'
     assert "ids" not in params and "memory_type" in params and params["memory_type"] is None
     assert "-- @exact" not in text and "-- @hnsw" not in text and "declared AS (" in text
-
-
-def test_a_large_tenant_is_searched_by_the_bounded_form_with_the_same_answer(stored, monkeypatch):
-    """From BOUNDED_MIN_ROWS times the search's limit (here lowered so that 40 memories count as many)
-    the statement's bounded branch runs instead of the plain one (sql/v3_search.sql): the same
-    candidates, as the two statements give them too."""
-    from memoria_pg.query import candidates
-    from memoria_pg.query.workers import vector as vector_module
-
-    system, ids, rng = stored(worker_limit=5)
-    queries = unit(rng, 8)
-    plain = [answer(system, v, top_k=5) for v in queries]
-    for module in (candidates, vector_module):
-        monkeypatch.setattr(module, "BOUNDED_MIN_ROWS", 2)
-        monkeypatch.setattr(module, "BOUNDED_SAMPLE", 2)
-    text, params = v3_statement(
-        queries[0], DEFAULT_WORKERS, limit=5, exact_max_rows=10_000, cap=200, rrf_k=60, depth=50
-    )
-    assert params["bounded_rows"] == 10 and params["sample"] == 10 and "WITH sample AS" in text
-    for vector, expected in zip(queries, plain, strict=True):
-        one, two = both_paths(system, monkeypatch, vector, top_k=5)
-        assert one == two == expected
-        assert one[2] == {"vector": 5}

@@ -20,17 +20,15 @@ from ..db.native import NativeStatement, native
 from .shards import ALL
 from .workers import WorkerRegistry
 from .workers.base import Statement, shard_sql
-from .workers.vector import BOUNDED_MIN_ROWS, BOUNDED_SAMPLE
 
 BM25_DEFAULTS = (Config.bm25_k1, Config.bm25_b)  # BM25's k1 and b by default
 
 # How v3_statement makes V3's statement of sql/v3_search.sql and sql/final_candidates.sql: the vector
-# worker's exact forms, plain and bounded (VectorWorker's BOUNDED_MIN_ROWS), replace the template's
-# marker lines, one of which runs (a tenant above the exact bound is searched by
+# worker's exact form replaces the template's marker line (a tenant above the exact bound is searched by
 # the vector worker itself: QueryPipeline.retrieve_v3_in), the final CTE's own hits CTE (up to
 # _HITS_END) is left out, and its rows come with their hit's distance and rank, the number of hits
 # (which V4's caller knows already) and the query processor's entity lookup.
-_V3_SEARCHES = (("-- @exact\n", "workers/vector_exact"), ("-- @bounded\n", "workers/vector_exact_bounded"))
+_V3_SEARCHES = (("-- @exact\n", "workers/vector_exact"),)
 _HITS_END = "\n), declared AS ("
 _V3_EDITS = (
     (
@@ -374,10 +372,7 @@ def v3_statement(
     )  # fmt: skip
     for name in _HIT_ARRAYS:
         del params[name]
-    search = {
-        "embedding": embedding, "memory_type": None, "limit": limit, "exact_max_rows": exact_max_rows,
-        "bounded_rows": BOUNDED_MIN_ROWS * limit, "sample": BOUNDED_SAMPLE * limit,
-    }  # fmt: skip
+    search = {"embedding": embedding, "memory_type": None, "limit": limit, "exact_max_rows": exact_max_rows}
     clash = set(params) & {*search, "norms"}
     if clash:
         raise ValueError(f"the vector search's parameters {sorted(clash)} are the final CTE's too")
