@@ -130,10 +130,10 @@ class VectorWorker(Worker):
         counts = rows or {}
         exact_types = [(counts.get(shard.memory_type or "", 0), k) for k, (shard, e) in enumerate(parts) if e]
         header = select = ""
-        if ctx.limit > 0 and sum(n for n, _ in exact_types) >= BOUNDED_MIN_ROWS * ctx.limit:
+        if sample := bound_sample(ctx.limit, sum(n for n, _ in exact_types)):
             header, select = _bounded_halves()
             header = header.replace(_TYPE_PARAM, f"%(memory_type_{max(exact_types)[1]})s")
-            params["sample"] = BOUNDED_SAMPLE * ctx.limit
+            params["sample"] = sample
         branches = []
         for k, (shard, exact_search) in enumerate(parts):
             text = select if header and exact_search else self._statement(ctx, shard, exact_search)[0]
@@ -158,13 +158,18 @@ class VectorWorker(Worker):
             return shard_sql(self.sql_name, shard), self.params(ctx, shard)
         counts = rows or {}
         read = sum(counts.values()) if shard.memory_type is None else counts.get(shard.memory_type, 0)
-        if ctx.limit > 0 and read >= BOUNDED_MIN_ROWS * ctx.limit:
-            bounded = {**self.params(ctx, shard), "sample": BOUNDED_SAMPLE * ctx.limit}
-            return shard_sql(self.bounded_sql_name, shard), bounded
+        if sample := bound_sample(ctx.limit, read):
+            return shard_sql(self.bounded_sql_name, shard), {**self.params(ctx, shard), "sample": sample}
         return shard_sql(self.exact_sql_name, shard), self.params(ctx, shard)
 
     def score(self, row: dict[str, Any]) -> float:
         return float(row["distance"])
+
+
+def bound_sample(limit: int, read: int) -> int:
+    """How many vectors an exact search of `read` of them for `limit` hits samples for its bound
+    (BOUNDED_SAMPLE times the limit), or 0: fewer than BOUNDED_MIN_ROWS times the limit, no bound."""
+    return BOUNDED_SAMPLE * limit if limit > 0 and read >= BOUNDED_MIN_ROWS * limit else 0
 
 
 def split_bound(ctx: WorkerContext) -> int:
