@@ -45,6 +45,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "bm25_postings_per_term": (1, INT4_MAX),
     "hnsw_ef_search": (1, 1_000),
     "vector_exact_max_rows": (0, 2**63 - 1),
+    "vector_index_max_per_type": (0, 1_000_000),
     "vector_parallel_parts": (1, 64),
     "vector_parallel_min_rows": (0, 2**63 - 1),
     "vector_parallel_alone_min_rows": (0, 2**63 - 1),
@@ -137,6 +138,11 @@ class Config:
     # where every (tenant, type) is indexed by `memoria-pg db vector-indexes`). Needs a DSN that owns
     # the tables; off, a library deployment runs that command itself.
     vector_index_auto: bool = True
+    # At most this many of those indexes per memory type (0: no limit), the largest tenants': every
+    # partial index on a partition costs each insert into it and each HNSW plan there, whatever the
+    # tenant (200 indexes: about 0.3 ms each; 1,000: 1.7 and 2.6 ms). A tenant left without one is
+    # searched exactly. db/vector_indexes.plan; README, "Configuration".
+    vector_index_max_per_type: int = 200
     # An untyped query's vector search of a tenant whose memory types cost at least
     # vector_parallel_min_rows to search (the memories of each type searched exactly, plus
     # vector_exact_max_rows for each type searched with HNSW) runs as up to vector_parallel_parts

@@ -86,7 +86,9 @@ class MemorySystem:
         self._schema_head: str | None = None
         # a tenant grown past the exact-search bound gets its own HNSW index without a cron (0: never)
         self.index_keeper = (
-            vector_indexes.IndexKeeper(self.db, self.dsn, cfg.vector_exact_max_rows)
+            vector_indexes.IndexKeeper(
+                self.db, self.dsn, cfg.vector_exact_max_rows, max_per_type=cfg.vector_index_max_per_type
+            )
             if cfg.vector_index_auto and cfg.vector_exact_max_rows > 0
             else None
         )
@@ -103,7 +105,7 @@ class MemorySystem:
             if before is not None and int(before) < vector_indexes.SHARED_HNSW_DROPPED:
                 # the shards' shared HNSW index is gone (0016): large tenants get their own now
                 try:
-                    vector_indexes.sync(dsn, cfg.vector_exact_max_rows)
+                    vector_indexes.sync(dsn, cfg.vector_exact_max_rows, max_per_type=cfg.vector_index_max_per_type)
                 except SyncRunning:
                     log.warning("another vector-index sync is running; it builds the large tenants' indexes")
         return dsn
@@ -244,9 +246,11 @@ class MemorySystem:
         checked = None if tenants is None else [validation.tenant(t) for t in tenants]
         # the background builds of this system's IndexKeeper wait meanwhile (they would hold the lock)
         with self.index_keeper.paused() if self.index_keeper is not None else contextlib.nullcontext():
+            cfg = self.config
             return vector_indexes.sync(
-                self.dsn, self.config.vector_exact_max_rows, tenants=checked, dry_run=dry_run, progress=progress
-            )
+                self.dsn, cfg.vector_exact_max_rows, tenants=checked, dry_run=dry_run, progress=progress,
+                max_per_type=cfg.vector_index_max_per_type,
+            )  # fmt: skip
 
     # -- ingestion -------------------------------------------------------------------------------
     @translating

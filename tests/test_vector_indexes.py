@@ -412,3 +412,69 @@ def test_the_sync_analyzes_what_it_built_on_so_a_fresh_load_takes_its_index(conf
         plan, hits, exact = hnsw_plan_and_hits(system, "bulk", vectors[0], Shard("general"))
     assert f"Index Scan using {vector_indexes.index_name('bulk', 'general')}" in plan, plan
     assert hits[0].memory_id == exact[0].memory_id  # the vector itself, first
+
+
+def grow(system: MemorySystem, tenant: str, memory_type: str, n: int, seed: int) -> None:
+    system.store_many(
+        [
+            {"content": f"{memory_type} grown {seed} {i}", "tenant": tenant, "memory_type": memory_type, "embedding": v}
+            for i, v in enumerate(unit(n, seed))
+        ]
+    )
+
+
+def test_the_cap_gives_the_largest_tenants_of_a_type_the_indexes(big, dsn):
+    """vector_index_max_per_type: every partial index on a partition costs each insert and HNSW plan
+    there (benchmarks/partial_indexes.py), so a type holds at most that many, the largest tenants'. A
+    tenant left out is searched exactly ("skip"); one with more than twice the rows of the smallest
+    indexed tenant takes its place; tenants of about one size do not trade places."""
+    capped = vector_indexes.sync(dsn, BOUND, max_per_type=1)
+    by = {(a.tenant, a.memory_type): a.action for a in capped}
+    assert by == {("big", "general"): "build", (ODD, "general"): "skip"}  # 30 before 25
+    assert set(recorded(dsn)) == {("big", "general")}
+    grow(big, ODD, "general", 30, 31)  # 55: not twice big's 30, no trade
+    assert {a.tenant: a.action for a in vector_indexes.sync(dsn, BOUND, max_per_type=1)} == {"big": "keep", ODD: "skip"}
+    grow(big, ODD, "general", 10, 32)  # 65: more than twice, big gives its place
+    swapped = vector_indexes.sync(dsn, BOUND, max_per_type=1)
+    assert {a.tenant: (a.action, a.rows) for a in swapped} == {"big": ("drop", 30), ODD: ("build", 65)}
+    assert set(recorded(dsn)) == {(ODD, "general")}
+    assert index_of(dsn, vector_indexes.index_name("big", "general")) is None
+    # a sync limited to one tenant counts the others' indexes, and frees a smaller one's place for it
+    grow(big, "big", "general", 120, 33)  # 150 > 2 x 65
+    limited = vector_indexes.sync(dsn, BOUND, tenants=["big"], max_per_type=1)
+    assert [(a.tenant, a.action) for a in limited] == [("big", "build"), (ODD, "drop")]
+    assert set(recorded(dsn)) == {("big", "general")}
+    # a higher cap builds the one left out; a lower one drops the smallest down to it
+    assert {a.tenant: a.action for a in vector_indexes.sync(dsn, BOUND, max_per_type=2)} == {
+        "big": "keep",
+        ODD: "build",
+    }
+    assert {a.tenant: a.action for a in vector_indexes.sync(dsn, BOUND, max_per_type=1)} == {"big": "keep", ODD: "drop"}
+    # no cap (0): every tenant above the bound
+    assert {a.tenant: a.action for a in vector_indexes.sync(dsn, BOUND, dry_run=True)} == {"big": "keep", ODD: "build"}
+
+
+def test_a_tenant_the_cap_leaves_out_is_searched_exactly_and_the_keeper_does_not_build_it(config: Config, dsn):
+    with MemorySystem(
+        config.replace(vector_exact_max_rows=BOUND, vector_index_max_per_type=1, vector_index_auto=True),
+        embedder=HashEmbedder(),
+    ) as system:
+        assert system.index_keeper is not None
+        grow(system, "first", "general", 40, 41)
+        assert system.index_keeper.wait(30)
+        grow(system, "second", "general", 30, 42)
+        assert system.index_keeper.wait(30)
+        assert set(recorded(dsn)) == {("first", "general")}
+        assert [(a.tenant, a.action) for a in system.index_keeper.built] == [("first", "build"), ("second", "skip")]
+        # the one left out: the same nearest memories as the exact search, through the covering index
+        query = unit(30, 42)[3]
+        plan, hits, exact = hnsw_plan_and_hits(system, "second", query, Shard("general"))
+        assert "memories_vec_" not in plan
+        assert [h.memory_id for h in hits] == [h.memory_id for h in exact]
+    cli_env = {"MEMORIA_DSN": None, "MEMORIA_DATA_DIR": None, "MEMORIA_VECTOR_EXACT_MAX_ROWS": str(BOUND)}
+    listed = CliRunner().invoke(
+        cli, ["--dsn", dsn, "db", "vector-indexes", "--json"], env={**cli_env, "MEMORIA_VECTOR_INDEX_MAX_PER_TYPE": "1"}
+    )
+    assert listed.exit_code == 0, listed.output
+    assert {(r["tenant"], r["action"]) for r in json.loads(listed.stdout)} == {("first", "keep"), ("second", "skip")}
+    assert "no vector index for tenant 'second', general (30 memories)" in listed.stderr

@@ -129,7 +129,10 @@ def db_upgrade(ctx: click.Context, revision: str, vector_indexes: bool) -> None:
     click.echo(f"schema at {now}")
     if vector_indexes and now is not None and int(now) >= indexes.REGISTRY_SINCE:
         try:
-            indexes.sync(dsn, cfg.vector_exact_max_rows, progress=lambda a: click.echo(a.line(), err=True))
+            indexes.sync(
+                dsn, cfg.vector_exact_max_rows, progress=lambda a: click.echo(a.line(), err=True),
+                max_per_type=cfg.vector_index_max_per_type,
+            )  # fmt: skip
         except SyncRunning as exc:  # the migration stands; the other sync builds them
             click.echo(f"vector indexes not synced: {exc}", err=True)
 
@@ -183,15 +186,19 @@ def db_vector_indexes(ctx: click.Context, tenants: tuple[str, ...], dry_run: boo
     checked = [validation.tenant(t) for t in tenants] or None
 
     def report(a: vector_indexes.Action) -> None:  # on stderr: stdout is the table (or JSON)
+        if a.action == "skip":
+            click.echo(a.line(), err=True)
+            return
         click.echo(f"{a.action} {a.index_name} for tenant {a.tenant!r}, {a.memory_type} ({a.rows} memories): "
                    f"{a.seconds or 0:.1f}s", err=True)  # fmt: skip
 
     actions = vector_indexes.sync(
-        dsn_for(cfg), cfg.vector_exact_max_rows, tenants=checked, dry_run=dry_run, progress=report
-    )
+        dsn_for(cfg), cfg.vector_exact_max_rows, tenants=checked, dry_run=dry_run, progress=report,
+        max_per_type=cfg.vector_index_max_per_type,
+    )  # fmt: skip
     rows = [
         {"tenant": a.tenant, "memory_type": a.memory_type, "memories": a.rows,
-         "action": a.action if a.seconds is not None or a.action == "keep" else f"{a.action} (dry run)",
+         "action": a.action if a.seconds is not None or a.action in ("keep", "skip") else f"{a.action} (dry run)",
          "index": a.index_name}
         for a in actions
     ]  # fmt: skip

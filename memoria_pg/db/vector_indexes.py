@@ -91,12 +91,19 @@ class Action:
     tenant: str
     memory_type: str
     rows: int  # the tenant's memories of the type now
-    action: str  # "build" (none yet, or an unusable one), "drop" (below half the bound), "keep"
+    # "build" (none yet, or an unusable one), "drop" (below half the bound, or its place under the cap
+    # taken), "keep", "skip" (above the bound, but the memory type holds its cap of larger tenants' indexes)
+    action: str
     index_name: str
     seconds: float | None = None  # how long the build or drop took (None: not done)
 
     def line(self) -> str:
         """What was done, as the CLI reports it."""
+        if self.action == "skip":
+            return (
+                f"no vector index for tenant {self.tenant!r}, {self.memory_type} ({self.rows} memories): the memory "
+                "type holds vector_index_max_per_type indexes of larger tenants; it is searched exactly"
+            )
         return (
             f"{self.action} the vector index of tenant {self.tenant!r}, {self.memory_type} ({self.rows} memories) "
             f"in {self.seconds or 0:.1f}s"
@@ -108,9 +115,13 @@ def index_name(tenant: str, memory_type: str) -> str:
     return PREFIX + hashlib.sha256(f"{tenant}\x00{memory_type}".encode()).hexdigest()[:24]
 
 
-def plan(conn: psycopg.Connection, min_rows: int, tenants: Iterable[str] | None = None) -> list[Action]:
+def plan(
+    conn: psycopg.Connection, min_rows: int, tenants: Iterable[str] | None = None, *, max_per_type: int = 0
+) -> list[Action]:
     """What sync would do: a build for each (tenant, type) above `min_rows` memories without a usable
-    index, a drop for each recorded one whose rows fell below half of it (or to none), a keep for the rest."""
+    index, a drop for each recorded one whose rows fell below half of it (or to none), a keep for the rest.
+    With `max_per_type` (Config.vector_index_max_per_type; 0: no limit), a memory type's partition holds
+    at most that many, the largest tenants' (_capped)."""
     floor = max(1, min_rows // 2)
     wanted = None if tenants is None else sorted(set(tenants))
     sizes = {(t, mt): int(n) for t, mt, n in conn.execute(_SIZES, {"tenants": wanted}).fetchall()}
@@ -124,7 +135,62 @@ def plan(conn: psycopg.Connection, min_rows: int, tenants: Iterable[str] | None 
             actions.append(Action(tenant, memory_type, rows, "drop", name))
         elif rows > min_rows or key in recorded:
             actions.append(Action(tenant, memory_type, rows, "keep" if usable else "build", name))
-    return actions
+    if max_per_type <= 0:
+        return actions
+    others = [] if wanted is None else _indexed_elsewhere(conn, wanted)
+    return _capped(actions, set(recorded) | {(a.tenant, a.memory_type) for a in others}, max_per_type, others)
+
+
+# Every partial index on a partition costs each insert into it a predicate check and an index open, and
+# each HNSW plan there a predicate proof, whichever tenant the row or the query is for (docs/
+# measurements.md, "Many tenants' own indexes on one partition"): Config.vector_index_max_per_type.
+SWAP_FACTOR = 2  # a tenant without an index takes the place of an indexed one with under 1/2 its rows
+_INDEXED_ELSEWHERE = """
+SELECT v.tenant, v.memory_type, coalesce(d.n_docs, 0), v.index_name
+FROM memoria.vector_indexes v
+LEFT JOIN memoria.bm25_docs d ON d.tenant = v.tenant AND d.memory_type = v.memory_type
+WHERE NOT v.tenant = ANY(%(tenants)s::text[])
+"""
+
+
+def _indexed_elsewhere(conn: psycopg.Connection, tenants: list[str]) -> list[Action]:
+    """The recorded indexes of the tenants a sync limited to `tenants` does not plan for ("keep"):
+    they hold places under the cap too, and one may give its place to a larger tenant."""
+    return [
+        Action(tenant, memory_type, int(rows), "keep", name)
+        for tenant, memory_type, rows, name in conn.execute(_INDEXED_ELSEWHERE, {"tenants": tenants}).fetchall()
+    ]
+
+
+def _capped(actions: list[Action], recorded: set[tuple[str, str]], cap: int, others: list[Action]) -> list[Action]:
+    """`actions` with at most `cap` indexes per memory type. A recorded index holds its place (a drop
+    aside); a (tenant, type) without one is built, largest first, while there is room, and otherwise
+    left searched exactly ("skip"), unless it has more than SWAP_FACTOR times the rows of the smallest
+    indexed tenant, whose place it then takes (that one's "drop", its "build"): the largest tenants get
+    the indexes, and tenants of about one size do not trade places back and forth. Above the cap (lowered
+    since the builds), the smallest are dropped. `others`: the indexes of tenants a limited sync does not
+    plan for; one of them appears in the result only if it is dropped."""
+    decided: dict[tuple[str, str], Action] = {}
+    pool = [*actions, *others]
+    for memory_type in sorted({a.memory_type for a in pool}):
+        group = {a.tenant: a for a in pool if a.memory_type == memory_type}
+        held = sorted(
+            (a.rows, a.tenant) for a in group.values() if a.action != "drop" and (a.tenant, memory_type) in recorded
+        )
+        while len(held) > cap:
+            _, tenant = held.pop(0)
+            decided[(tenant, memory_type)] = dataclasses.replace(group[tenant], action="drop")
+        new = [a for a in group.values() if a.action == "build" and (a.tenant, memory_type) not in recorded]
+        for a in sorted(new, key=lambda a: (-a.rows, a.tenant)):
+            if len(held) >= cap and held and a.rows > SWAP_FACTOR * held[0][0]:
+                _, tenant = held.pop(0)
+                decided[(tenant, memory_type)] = dataclasses.replace(group[tenant], action="drop")
+            if len(held) >= cap:
+                decided[(a.tenant, memory_type)] = dataclasses.replace(a, action="skip")
+                continue
+            held = sorted([*held, (a.rows, a.tenant)])
+    out = [decided.get((a.tenant, a.memory_type), a) for a in actions]
+    return out + [decided[(a.tenant, a.memory_type)] for a in others if (a.tenant, a.memory_type) in decided]
 
 
 def sync(
@@ -135,11 +201,13 @@ def sync(
     dry_run: bool = False,
     progress: Callable[[Action], None] | None = None,
     connected: Callable[[psycopg.Connection], None] | None = None,
+    max_per_type: int = 0,
 ) -> list[Action]:
     """Build the missing per-tenant HNSW indexes and drop those no longer needed (module docstring);
     `dsn`: a user that owns the memoria tables (the one that runs the migrations). With `min_rows`
     0 (vector_exact_max_rows 0: the vector worker never searches exactly) every (tenant, memory type)
-    with a memory gets one. `connected` is handed the sync's connection first (IndexKeeper cancels a
+    with a memory gets one; `max_per_type` (Config.vector_index_max_per_type, 0: no limit) caps them
+    per memory type (plan). `connected` is handed the sync's connection first (IndexKeeper cancels a
     build through it)."""
     with connect(dsn, autocommit=True) as conn:
         if connected:
@@ -149,23 +217,12 @@ def sync(
                 "another `memoria-pg db vector-indexes` is running on this database: try again when it ends"
             )
         try:
-            actions = plan(conn, min_rows, tenants)
+            actions = plan(conn, min_rows, tenants, max_per_type=max_per_type)
             if dry_run:
                 return actions
             if any(a.action == "build" for a in actions):
                 _enough_memory_to_build(conn)
-            done, built_on = [], set()
-            for action in actions:
-                if action.action != "keep":
-                    started = time.perf_counter()
-                    if action.action == "build":
-                        built_on.add(_build(conn, action))
-                    else:
-                        _drop(conn, action)
-                    action = dataclasses.replace(action, seconds=time.perf_counter() - started)
-                    if progress:
-                        progress(action)
-                done.append(action)
+            done, built_on = _carry_out(conn, actions, progress)
             for partition in sorted(built_on):
                 # The planner takes a tenant's index by the tenant's estimated rows: right after a bulk
                 # load (the usual moment of a build) the statistics may not know the tenant yet, and the
@@ -175,6 +232,26 @@ def sync(
         finally:
             if not dry_run and not conn.closed:
                 conn.execute(_UNLOCK)
+
+
+def _carry_out(
+    conn: psycopg.Connection, actions: list[Action], progress: Callable[[Action], None] | None
+) -> tuple[list[Action], set[str]]:
+    """The plan's builds and drops, the drops first (a place under the cap is freed before it is taken):
+    the actions in plan order, each timed, and the partitions built on."""
+    done, built_on = list(actions), set()
+    for k in sorted(range(len(done)), key=lambda k: done[k].action != "drop"):
+        action = done[k]
+        if action.action in ("build", "drop"):
+            started = time.perf_counter()
+            if action.action == "build":
+                built_on.add(_build(conn, action))
+            else:
+                _drop(conn, action)
+            action = done[k] = dataclasses.replace(action, seconds=time.perf_counter() - started)
+        if progress and action.action != "keep":
+            progress(action)
+    return done, built_on
 
 
 def _build(conn: psycopg.Connection, action: Action) -> str:
@@ -245,12 +322,14 @@ class IndexKeeper:
     leftover is dropped and built again by the next sync) and waits for the thread.
     """
 
-    def __init__(self, db: Database, dsn: str, bound: int, *, every_s: float = 60.0) -> None:
+    def __init__(self, db: Database, dsn: str, bound: int, *, every_s: float = 60.0, max_per_type: int = 0) -> None:
         self.db, self.dsn, self.bound, self.every_s = db, dsn, bound, every_s
+        self.max_per_type = max_per_type
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._queue: list[str] = []
         self._checked: dict[str, float] = {}
+        self._skipped: set[str] = set()  # tenants left without an index by the cap: checked as after a single store
         self._conn: psycopg.Connection | None = None
         self._thread: threading.Thread | None = None
         self._paused = 0  # explicit syncs of this process under way (paused)
@@ -267,7 +346,12 @@ class IndexKeeper:
         now = time.monotonic()
         wait = self.every_s if throttled else 0.0
         with self._lock:
-            due = [t for t in tenants if now - self._checked.get(t, -math.inf) >= wait and t not in self._queue]
+            due = [
+                t
+                for t in tenants
+                if now - self._checked.get(t, -math.inf) >= (self.every_s if t in self._skipped else wait)
+                and t not in self._queue
+            ]
             # a load across many tenants: those checked longest ago (or never) first, the rest next time
             due = sorted(due, key=lambda t: self._checked.get(t, -math.inf))[:MAX_CHECKS_PER_WRITE]
             for tenant in due:
@@ -312,11 +396,18 @@ class IndexKeeper:
                 tenant = self._queue[0]
                 self._busy = True
             try:
-                done = sync(self.dsn, self.bound, tenants=[tenant], connected=self._connected)
+                done = sync(
+                    self.dsn, self.bound, tenants=[tenant], connected=self._connected, max_per_type=self.max_per_type
+                )
                 self.built.extend(a for a in done if a.action != "keep")
+                with self._lock:
+                    if any(a.action == "skip" for a in done):
+                        self._skipped.add(tenant)
+                    else:
+                        self._skipped.discard(tenant)
                 for a in done:
-                    if a.action != "keep":
-                        log.info("%s", a.line())
+                    if a.action != "keep":  # a skip is checked again at the tenant's next write: not said each time
+                        log.log(logging.DEBUG if a.action == "skip" else logging.INFO, "%s", a.line())
             except SyncRunning:
                 with self._lock:  # another sync's round: checked again at the tenant's next write
                     self._checked.pop(tenant, None)

@@ -161,7 +161,7 @@ async def _sync_vector_indexes(memory: AsyncMemorySystem, every_seconds: float) 
     while True:
         try:
             for a in await memory.sync_vector_indexes():
-                if a.action != "keep":
+                if a.action in ("build", "drop"):  # a skip stays one at each round: not said each time
                     log.info(
                         "%s the vector index of tenant %r, %s (%d memories)", a.action, a.tenant, a.memory_type, a.rows
                     )
