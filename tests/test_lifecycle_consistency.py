@@ -12,7 +12,7 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from memoria_pg import Config, HashEmbedder, MemorySystem, NotFound
@@ -81,12 +81,16 @@ def apply(system: MemorySystem, live: list[tuple[str, int]], step: tuple[Any, ..
 
 
 def rebuild(system: MemorySystem, fresh: MemorySystem) -> None:
-    """The final memories, stored from scratch in `fresh` (same text, type, times, vectors, validity)."""
+    """The final memories, stored from scratch in `fresh` (same text, type, times, vectors, validity), one
+    at a time in the order of their ids, so that the fresh ids keep that order: an exact tie is broken by
+    id, in the fused order and so in which candidates lend the lexical feedback their terms (one
+    `store_many` batch numbers its rows in key order, not in the order given)."""
     for tenant in TENANTS:
-        memories = system.list_memories(tenant=tenant, limit=1000)
-        fresh.store_many([{"content": m.content, "context": m.context, "metadata": m.metadata, "tenant": tenant,
-                           "memory_type": m.memory_type, "created_at": m.created_at, "importance": m.importance,
-                           "external_id": m.external_id} for m in memories])  # fmt: skip
+        memories = sorted(system.list_memories(tenant=tenant, limit=1000), key=lambda m: m.id)
+        for m in memories:
+            fresh.store_many([{"content": m.content, "context": m.context, "metadata": m.metadata, "tenant": tenant,
+                               "memory_type": m.memory_type, "created_at": m.created_at, "importance": m.importance,
+                               "external_id": m.external_id}])  # fmt: skip
         by_content = {(m.memory_type, m.content): m for m in fresh.list_memories(tenant=tenant, limit=1000)}
         for m in memories:
             if m.valid_to is not None:
@@ -134,8 +138,23 @@ def check_sequence(admin_dsn: str, steps: list[tuple[Any, ...]], *, graph: bool,
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
+# Found by the search on 2026-12-07: four memories at one vector distance (HashEmbedder vectors with no
+# word in common with the query), whose tie the fused order breaks by id, and the lexical feedback took
+# its seeds from the first of them: the fresh database, its memories stored in another order, chose
+# other seeds (rebuild now stores them in id order).
+TIED_HEAD = [
+    ("store", "acme", SENTENCES[0], SENTENCES[0], "general", 0),
+    ("store", "acme", SENTENCES[0], SENTENCES[0], "general", 0),
+    ("store", "acme", SENTENCES[0], SENTENCES[0], "fact", 0),
+    ("store", "acme", SENTENCES[0], SENTENCES[2], "general", 0),
+    ("store", "acme", SENTENCES[0], SENTENCES[1], "general", 0),
+    ("store", "acme", SENTENCES[0], SENTENCES[1], "fact", 0),
+]
+
+
 @SETTINGS
 @given(steps=st.lists(op, min_size=4, max_size=18))
+@example(steps=TIED_HEAD)
 def test_random_lifecycles_keep_every_derived_table_exact(admin_dsn, template_dsn, server_has_age, steps):
     check_sequence(admin_dsn, steps, graph=server_has_age)
 
