@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
-from psycopg import sql
+from scratch import scratch_database, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 FORMS = {
@@ -83,24 +83,9 @@ def main() -> None:
     dims = vectors.shape[1]
     order = np.random.default_rng(args.seed).permutation(len(vectors))
     queries, stored = vectors[order[: args.queries]], order[args.queries :]
-    params = psycopg.conninfo.conninfo_to_dict(args.dsn)
-    with psycopg.connect(args.dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(args.db)))
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(args.db)))
-    params["dbname"] = args.db
-    try:
-        lines = run(psycopg.conninfo.make_conninfo(**params), args, source, vectors, stored, queries, dims)
-    finally:
-        if not args.keep:
-            with psycopg.connect(args.dsn, autocommit=True) as admin:
-                admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(args.db)))
-    text = "\n".join(lines) + "\n"
-    print(text)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%S')}-half-precision.md"
-    path.write_text(text, encoding="utf-8")
-    print(f"written: {path}")
+    with scratch_database(args.dsn, args.db, keep=args.keep) as dsn:
+        lines = run(dsn, args, source, vectors, stored, queries, dims)
+    write_report(lines, args.out, "half-precision")
 
 
 def run(

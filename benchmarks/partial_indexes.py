@@ -29,6 +29,7 @@ import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
+from scratch import scratch_database, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 TENANTS = 2_000
@@ -123,24 +124,9 @@ def main() -> None:
     counts = sorted(int(c) for c in args.counts.split(","))
     if counts[-1] > TENANTS:
         raise SystemExit(f"at most {TENANTS} partial indexes (one per tenant)")
-    params = psycopg.conninfo.conninfo_to_dict(args.dsn)
-    with psycopg.connect(args.dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(args.db)))
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(args.db)))
-    params["dbname"] = args.db
-    try:
-        lines = run(psycopg.conninfo.make_conninfo(**params), counts, args.repeat)
-    finally:
-        if not args.keep:
-            with psycopg.connect(args.dsn, autocommit=True) as admin:
-                admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(args.db)))
-    text = "\n".join(lines) + "\n"
-    print(text)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%S')}-partial-indexes.md"
-    path.write_text(text, encoding="utf-8")
-    print(f"written: {path}")
+    with scratch_database(args.dsn, args.db, keep=args.keep) as dsn:
+        lines = run(dsn, counts, args.repeat)
+    write_report(lines, args.out, "partial-indexes")
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ import numpy as np
 import psycopg
 from half_precision import cache_file, cpu_ns
 from pgvector.psycopg import register_vector
-from psycopg import sql
+from scratch import scratch_database, write_report
 
 from memoria_pg.query.workers.vector import bound_sample
 
@@ -184,28 +184,12 @@ def main() -> None:
     queries, stored = vectors[order[: args.queries]], order[args.queries :][: args.tenant * (1 + args.others)]
     if len(stored) < args.tenant:
         raise SystemExit(f"{source} hold {len(vectors):,} vectors: fewer than --tenant plus --queries")
-    params = psycopg.conninfo.conninfo_to_dict(args.dsn)
-    with psycopg.connect(args.dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(args.db)))
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(args.db)))
-    params["dbname"] = args.db
-    try:
-        with psycopg.connect(psycopg.conninfo.make_conninfo(**params), autocommit=True) as conn:
-            schema(conn, vectors.shape[1])
-            register_vector(conn)
-            built = load(conn, vectors, stored, args)
-            lines = measure(conn, args, source, built, queries)
-    finally:
-        if not args.keep:
-            with psycopg.connect(args.dsn, autocommit=True) as admin:
-                admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(args.db)))
-    text = "\n".join(lines) + "\n"
-    print(text)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%S')}-tenant-hnsw.md"
-    path.write_text(text, encoding="utf-8")
-    print(f"written: {path}")
+    with scratch_database(args.dsn, args.db, keep=args.keep) as dsn, psycopg.connect(dsn, autocommit=True) as conn:
+        schema(conn, vectors.shape[1])
+        register_vector(conn)
+        built = load(conn, vectors, stored, args)
+        lines = measure(conn, args, source, built, queries)
+    write_report(lines, args.out, "tenant-hnsw")
 
 
 def measure(

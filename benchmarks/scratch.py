@@ -1,0 +1,40 @@
+"""A scratch database for a benchmark, and its Markdown report written under results/."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+
+@contextlib.contextmanager
+def scratch_database(dsn: str, name: str, *, keep: bool = False) -> Iterator[str]:
+    """A fresh database `name` on the server of `dsn` (dropped first if it is there): its DSN. Dropped
+    at the end unless `keep`."""
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    params["dbname"] = name
+    try:
+        yield psycopg.conninfo.make_conninfo(**params)  # type: ignore[arg-type]
+    finally:
+        if not keep:
+            with psycopg.connect(dsn, autocommit=True) as admin:
+                admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def write_report(lines: list[str], out: str | Path, kind: str) -> Path:
+    """Prints the report and writes it to <out>/<UTC timestamp>-<kind>.md."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%S')}-{kind}.md"
+    path.write_text(text, encoding="utf-8")
+    print(f"written: {path}")
+    return path
