@@ -296,8 +296,10 @@ def ingest(system, dataset: Dataset, doc_vectors: Mapping[tuple[str, str], np.nd
         for d in dataset.documents
     )
     t0 = time.perf_counter()
-    # One writer: the memories get their ids in input order, and ids break exact ties (the vector
-    # search's among equal distances, the final CTE's among equal scores). With two, the ids follow how
+    # One writer: the memories get their ids in the same order at every run (batch by batch in input
+    # order, and within a batch in the order of their keys, sql/ingest/insert_memories), and ids break
+    # exact ties (the vector search's among equal distances, the final CTE's among equal scores). With
+    # two, the ids follow how
     # the writers' batches interleaved, and a main metric moved by up to 0.0007 from run to run; with
     # one, two runs agreed on every figure but MS MARCO's BM25 and RRF (0.0001, 0.0004). About 20%
     # more time for the whole evaluation (LongMemEval's 20,114 turns: 98 -> 145 s).
