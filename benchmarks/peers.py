@@ -1,7 +1,7 @@
 """memoria-pg beside its peers on the same server, data and vectors, interleaved query by query: LangGraph's
 `PostgresStore` (langgraph-checkpoint-postgres, pgvector index) and mem0's pgvector store (its
 `PGVector` vector store, what `Memory.add(..., infer=False)` writes to, without any LLM), against
-memoria-pg V4 retrieval-only and V3 (vector search), V3 both as by default (ranking, with the access-statistics upsert) and retrieval-only.
+memoria-pg V4 retrieval-only (and the same with its lexical feedback off) and V3 (vector search), V3 both as by default (ranking, with the access-statistics upsert) and retrieval-only.
 
     pip install -e '.[peers]'     # the peers: benchmark-only dependencies
     python benchmarks/peers.py --data /work/shared/eval [--queries 400] [--rounds 2]
@@ -104,10 +104,13 @@ def mem0_store(dsn: str, docs: list, vectors: dict, stack: list) -> Search:
     return search
 
 
-def memoria(dsn: str, docs: list, vectors: dict, stack: list, *, v4: bool, ranking: bool, load: bool) -> Search:
+def memoria(
+    dsn: str, docs: list, vectors: dict, stack: list, *, v4: bool, ranking: bool, load: bool, feedback: bool = True
+) -> Search:
     """memoria-pg's query as a user calls it; `ranking` True is the default path (ranking, and the
-    access-statistics upsert of the returned memories: a write per query)."""
-    system = MemorySystem(Config(dsn=dsn, use_age=False), auto_migrate=True)
+    access-statistics upsert of the returned memories: a write per query); `feedback` False turns the
+    final CTE's lexical feedback off (Config.lexical_feedback), to show what it costs beside the peers."""
+    system = MemorySystem(Config(dsn=dsn, use_age=False, lexical_feedback=feedback), auto_migrate=True)
     stack.append(system.close)
     if load:  # one copy of the data serves every memoria-pg system
         system.store_many(
@@ -205,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
             "mem0 PGVector": mem0_store(dsns["mem0"], docs, doc_vectors, stack),
             "memoria-pg V4 retrieval-only": memoria(
                 dsns["memoria"], docs, doc_vectors, stack, v4=True, ranking=False, load=True
+            ),
+            "memoria-pg V4 retrieval-only, lexical feedback off": memoria(
+                dsns["memoria"], docs, doc_vectors, stack, v4=True, ranking=False, load=False, feedback=False
             ),
             "memoria-pg V3 (vector + ranking, the default)": memoria(
                 dsns["memoria"], docs, doc_vectors, stack, v4=False, ranking=True, load=False
