@@ -117,3 +117,18 @@ def test_a_load_across_many_tenants_checks_a_bounded_number_each_time(auto: Conf
         assert len(checked) == 3
         system.store_many([r for t in tenants for r in notes(t, 1, start=50)])
         assert len(checked) == 6 and len(set(checked)) == 6  # the ones not checked yet come first
+
+
+def test_the_keeper_forgets_checks_too_old_to_throttle(auto: Config, monkeypatch: pytest.MonkeyPatch):
+    """A process that writes for ever more tenants keeps no entry per tenant it ever saw: past
+    REMEMBERED_TENANTS, the checks older than the interval (which throttle nothing) are dropped."""
+    monkeypatch.setattr(vector_indexes, "REMEMBERED_TENANTS", 3)
+    with MemorySystem(auto, embedder=HashEmbedder()) as system:
+        keeper = system.index_keeper
+        assert keeper is not None
+        for i in range(5):
+            system.store("a note about the harbour", tenant=f"t{i}")
+        assert set(keeper._checked) == {f"t{i}" for i in range(5)}  # all recent: each still throttles
+        keeper.every_s = 0.0  # as if a minute had passed
+        system.store("one more note about the harbour", tenant="t9")
+        assert set(keeper._checked) == {"t9"}

@@ -303,6 +303,7 @@ WHERE i.indisvalid
 
 
 MAX_CHECKS_PER_WRITE = 64  # tenants IndexKeeper checks after one write call (about 0.3 ms each)
+REMEMBERED_TENANTS = 10_000  # IndexKeeper forgets its checks older than every_s past that many tenants
 
 
 class IndexKeeper:
@@ -356,6 +357,8 @@ class IndexKeeper:
             due = sorted(due, key=lambda t: self._checked.get(t, -math.inf))[:MAX_CHECKS_PER_WRITE]
             for tenant in due:
                 self._checked[tenant] = now
+            if len(self._checked) > REMEMBERED_TENANTS:
+                self._forget_checks(now)
         for tenant in due:
             try:
                 missing = self._missing(tenant)
@@ -366,6 +369,14 @@ class IndexKeeper:
                 continue
             if missing:
                 self._enqueue(tenant)
+
+    def _forget_checks(self, now: float) -> None:
+        """Drops the checks of more than every_s ago (under the lock): one that old throttles nothing, and
+        a process that writes for ever more tenants keeps no entry per tenant it ever saw."""
+        stale = [t for t, at in self._checked.items() if now - at > self.every_s]
+        for tenant in stale:
+            del self._checked[tenant]
+            self._skipped.discard(tenant)
 
     def _missing(self, tenant: str) -> list[str]:
         with self.db.transaction(tenant) as conn:
