@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
-from scratch import scratch_database, write_report
+from scratch import add_arguments, scratch_database, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 FORMS = {
@@ -65,17 +65,12 @@ def cpu_ns(pid: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--dsn", default=os.environ.get("MEMORIA_BENCH_DSN", "postgresql://postgres@127.0.0.1:55432/postgres")
-    )
-    parser.add_argument("--db", default="memoria_half_precision")
+    add_arguments(parser, "memoria_half_precision")
     parser.add_argument("--set", default="longmemeval")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--limit", type=int, default=50)
     parser.add_argument("--ef", default="40,100")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--keep", action="store_true")
-    parser.add_argument("--out", default=str(ROOT / "results" / "scale"))
     args = parser.parse_args()
 
     source = cache_file(args.set)

@@ -29,7 +29,7 @@ import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
-from scratch import scratch_database, write_report
+from scratch import add_arguments, scratch_database, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 TENANTS = 2_000
@@ -112,14 +112,9 @@ def run(dsn: str, counts: list[int], repeat: int) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--dsn", default=os.environ.get("MEMORIA_BENCH_DSN", "postgresql://postgres@127.0.0.1:55432/postgres")
-    )
-    parser.add_argument("--db", default="memoria_partial_indexes")
+    add_arguments(parser, "memoria_partial_indexes")
     parser.add_argument("--counts", default="0,50,100,200,300,500,1000")
     parser.add_argument("--repeat", type=int, default=150)
-    parser.add_argument("--keep", action="store_true")
-    parser.add_argument("--out", default=str(ROOT / "results" / "scale"))
     args = parser.parse_args()
     counts = sorted(int(c) for c in args.counts.split(","))
     if counts[-1] > TENANTS:

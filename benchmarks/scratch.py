@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as dt
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 from psycopg import sql
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "scale"
+
+
+def add_arguments(parser: argparse.ArgumentParser, db: str) -> None:
+    """--dsn (the server's admin DSN), --db (the scratch database's name), --keep and --out."""
+    parser.add_argument(
+        "--dsn", default=os.environ.get("MEMORIA_BENCH_DSN", "postgresql://postgres@127.0.0.1:55432/postgres")
+    )
+    parser.add_argument("--db", default=db, help="the scratch database, made anew and dropped at the end")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    parser.add_argument("--out", default=str(RESULTS))
 
 
 @contextlib.contextmanager

@@ -44,7 +44,7 @@ import numpy as np
 import psycopg
 from half_precision import cache_file, cpu_ns
 from pgvector.psycopg import register_vector
-from scratch import scratch_database, write_report
+from scratch import add_arguments, scratch_database, write_report
 
 from memoria_pg.query.workers.vector import bound_sample
 
@@ -159,10 +159,7 @@ def exact_statement(size: int, limit: int) -> tuple[str, dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--dsn", default=os.environ.get("MEMORIA_BENCH_DSN", "postgresql://postgres@127.0.0.1:55432/postgres")
-    )
-    parser.add_argument("--db", default="memoria_tenant_hnsw")
+    add_arguments(parser, "memoria_tenant_hnsw")
     parser.add_argument("--set", default="longmemeval")
     parser.add_argument(
         "--scale-db",
@@ -175,8 +172,6 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=50)
     parser.add_argument("--ef", default="40,100,200")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--keep", action="store_true")
-    parser.add_argument("--out", default=str(ROOT / "results" / "scale"))
     args = parser.parse_args()
 
     source, vectors = vectors_of(args)
