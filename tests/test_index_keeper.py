@@ -121,14 +121,17 @@ def test_a_load_across_many_tenants_checks_a_bounded_number_each_time(auto: Conf
 
 def test_the_keeper_forgets_checks_too_old_to_throttle(auto: Config, monkeypatch: pytest.MonkeyPatch):
     """A process that writes for ever more tenants keeps no entry per tenant it ever saw: past
-    REMEMBERED_TENANTS, the checks older than the interval (which throttle nothing) are dropped."""
+    REMEMBERED_TENANTS, the checks older than the interval (which throttle nothing) are dropped, in a
+    pass that runs again only once the entries have doubled (no scan per write in a burst of tenants)."""
     monkeypatch.setattr(vector_indexes, "REMEMBERED_TENANTS", 3)
     with MemorySystem(auto, embedder=HashEmbedder()) as system:
         keeper = system.index_keeper
         assert keeper is not None
         for i in range(5):
             system.store("a note about the harbour", tenant=f"t{i}")
-        assert set(keeper._checked) == {f"t{i}" for i in range(5)}  # all recent: each still throttles
+        # a pass at the 4th found every check recent (each still throttles): the next one at 8 entries
+        assert set(keeper._checked) == {f"t{i}" for i in range(5)}
         keeper.every_s = 0.0  # as if a minute had passed
-        system.store("one more note about the harbour", tenant="t9")
-        assert set(keeper._checked) == {"t9"}
+        for i in range(5, 10):
+            system.store("one more note about the harbour", tenant=f"t{i}")
+        assert set(keeper._checked) == {"t8", "t9"}  # the pass at the 9th dropped the older ones

@@ -330,6 +330,7 @@ class IndexKeeper:
         self._wake = threading.Condition(self._lock)
         self._queue: list[str] = []
         self._checked: dict[str, float] = {}
+        self._forget_at = REMEMBERED_TENANTS  # _checked's size that makes wrote() drop its stale entries
         self._skipped: set[str] = set()  # tenants left without an index by the cap: checked as after a single store
         self._conn: psycopg.Connection | None = None
         self._thread: threading.Thread | None = None
@@ -357,7 +358,7 @@ class IndexKeeper:
             due = sorted(due, key=lambda t: self._checked.get(t, -math.inf))[:MAX_CHECKS_PER_WRITE]
             for tenant in due:
                 self._checked[tenant] = now
-            if len(self._checked) > REMEMBERED_TENANTS:
+            if len(self._checked) > self._forget_at:
                 self._forget_checks(now)
         for tenant in due:
             try:
@@ -377,6 +378,8 @@ class IndexKeeper:
         for tenant in stale:
             del self._checked[tenant]
             self._skipped.discard(tenant)
+        # the next pass once the entries have doubled: a burst of recent tenants costs no scan per write
+        self._forget_at = max(REMEMBERED_TENANTS, 2 * len(self._checked))
 
     def _missing(self, tenant: str) -> list[str]:
         with self.db.transaction(tenant) as conn:
