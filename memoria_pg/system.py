@@ -241,7 +241,8 @@ class MemorySystem:
         progress: Callable[[vector_indexes.Action], None] | None = None,
     ) -> list[vector_indexes.Action]:
         """Give each tenant above `vector_exact_max_rows` memories of a type its own HNSW index there
-        (built concurrently: writes go on), drop those whose tenant fell below half of it; `tenants`
+        (built concurrently: writes go on), at most `vector_index_max_per_type` per type, the largest
+        tenants' ("skip" for one left out), drop those whose tenant fell below half of it; `tenants`
         limits it to those. Needs the DSN of the user that owns the tables (db/vector_indexes.py)."""
         checked = None if tenants is None else [validation.tenant(t) for t in tenants]
         # the background builds of this system's IndexKeeper wait meanwhile (they would hold the lock)

@@ -176,7 +176,8 @@ def db_vector_indexes(ctx: click.Context, tenants: tuple[str, ...], dry_run: boo
 
     The vector worker searches such a tenant with HNSW on that index; until it has one, exactly
     (every vector of the tenant compared: no recall lost, but the cost grows with the tenant). Built
-    CONCURRENTLY (writes go on); an index whose tenant fell below half the bound is dropped.
+    CONCURRENTLY (writes go on); an index whose tenant fell below half the bound is dropped. At most
+    vector_index_max_per_type per memory type, the largest tenants' (a tenant left out: "skip").
     `memoria-pg db upgrade`, `memoria-pg ingest` and `memoria-pg serve` run it; run it yourself after
     a bulk load through the library or from cron, with the DSN of the user that owns the tables.
     """
