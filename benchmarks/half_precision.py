@@ -21,17 +21,15 @@ results/scale/<timestamp>-half-precision.md.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
-from scratch import add_arguments, scratch_database, write_report
+from scratch import add_arguments, heading, scratch_database, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 FORMS = {
@@ -123,11 +121,8 @@ def run(
                 {"q": q, "limit": args.limit},
             ).fetchall()
             exact.append(rows)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
     lines = [
-        f"# HNSW over half-precision vectors against full precision ({dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, commit {commit})",
+        heading("HNSW over half-precision vectors against full precision"),
         "",
         f"{len(stored):,} real MiniLM vectors ({source.name}, the evaluation's cache) in one table, {len(queries)} held-out "
         f"vectors as queries, the nearest {args.limit} per search; m 16, ef_construction 64, iterative scans "

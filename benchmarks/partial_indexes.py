@@ -18,10 +18,8 @@ time), and a 1,000-row COPY (per row). Writes results/scale/<timestamp>-partial-
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
@@ -29,7 +27,7 @@ import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
-from scratch import add_arguments, scratch_database, write_report
+from scratch import add_arguments, heading, scratch_database, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 TENANTS = 2_000
@@ -80,10 +78,8 @@ def run(dsn: str, counts: list[int], repeat: int) -> list[str]:
             for _ in range(5):
                 copy.write_row((f"t{t:04d}", unit(rng)))
     conn.execute("ANALYZE m")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     lines = [
-        f"# Partial HNSW indexes on one partition: what each costs everyone on it "
-        f"({dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, commit {commit.stdout.strip()})",
+        heading("Partial HNSW indexes on one partition: what each costs everyone on it"),
         "",
         f"One table shaped like a memory type's partition, {TENANTS:,} tenants of 5 vectors; partial HNSW indexes "
         f"(`WHERE tenant = ...`) added tenant by tenant; every figure for a tenant without an index. {repeat} "

@@ -6,13 +6,15 @@ import argparse
 import contextlib
 import datetime as dt
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 from psycopg import sql
 
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "scale"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results" / "scale"
 
 
 def add_arguments(parser: argparse.ArgumentParser, db: str) -> None:
@@ -40,6 +42,14 @@ def scratch_database(dsn: str, name: str, *, keep: bool = False) -> Iterator[str
         if not keep:
             with psycopg.connect(dsn, autocommit=True) as admin:
                 admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def heading(title: str) -> str:
+    """A report's first line: `title`, the UTC time and the commit of this checkout."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    return f"# {title} ({dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, commit {commit})"
 
 
 def write_report(lines: list[str], out: str | Path, kind: str) -> Path:

@@ -31,10 +31,8 @@ search, and the median per-query time ratio to the exact search. Writes results/
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -44,7 +42,7 @@ import numpy as np
 import psycopg
 from half_precision import cache_file, cpu_ns
 from pgvector.psycopg import register_vector
-from scratch import add_arguments, scratch_database, write_report
+from scratch import add_arguments, heading, scratch_database, write_report
 
 from memoria_pg.query.workers.vector import bound_sample
 
@@ -201,10 +199,8 @@ def measure(
     conn.execute("SET hnsw.iterative_scan = 'relaxed_order'")
     conn.execute("SELECT set_config('memoria.tenant', %s, false)", (TENANT,))
     pid = conn.info.backend_pid
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     lines = [
-        f"# A {size:,}-vector tenant's search: exact, one HNSW index, an HNSW index per type "
-        f"({dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, commit {commit.stdout.strip()})",
+        heading(f"A {size:,}-vector tenant's search: exact, one HNSW index, an HNSW index per type"),
         "",
         f"{source[0].upper()}{source[1:]}: the tenant's {size:,} over six types "
         f"({', '.join(f'{t} {n:,}' for t, n in built['counts'].items())}) beside {built['others']} other tenants; "
